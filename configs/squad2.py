@@ -1,0 +1,28 @@
+"""SQuAD 2.0 with POI-Net.
+
+Variants: ``tiny`` (random ALBERT, offline, minutes on a CPU), ``minilm`` (real all-MiniLM-L6-v2,
+offline), ``albert_base`` and ``albert_xxlarge`` (the paper's Table 2: lr 1e-5, warmup 10%,
+2 epochs, batch 24, max length 512). Usage::
+
+  python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run \
+      --config.data.train_file=../shared/data/squad2/squad2-dev-subset.json
+"""
+from configs import base
+
+
+def get_config(arg=None):
+  c = base.get_base_config()
+  c.task = "squad2"
+  c.data.train_file = "tfds:squad/v2.0:train"
+  c.data.eval_file = "tfds:squad/v2.0:validation"
+  c.data.max_seq_length = 512
+  c.data.doc_stride = 128
+  c.data.max_query_length = 64
+  c.train.epochs = 2.0
+  c.train.batch_size = 24
+  c.train.save_every = 4000
+  c.optim.lr = 1e-5
+  c.model.init_from = "albert/albert-xxlarge-v2"
+  base.apply_variant(c, arg)
+  c.lock()
+  return c

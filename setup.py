@@ -1,0 +1,38 @@
+"""poi-jax: discriminative machine reading comprehension in JAX/Flax."""
+from setuptools import find_packages, setup
+
+setup(
+    name="poi_jax",
+    version="0.1.0",
+    description="POI-Net, DUMA and related reading-comprehension models in JAX/Flax, "
+    "with parity to the PyTorch originals.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["poi_jax", "poi_jax.*"]),
+    install_requires=[
+        "jax>=0.10",
+        "flax>=0.12",
+        "optax",
+        "orbax-checkpoint",
+        "transformers>=4.40",  # tokenizers and checkpoint configs only; no torch at run time
+        "tokenizers",
+        "safetensors",
+        "huggingface_hub",
+        "nltk",
+        "ml-collections",
+        "absl-py",
+        "tqdm",
+        "grain",
+        "tensorboardX",
+        "numpy",
+    ],
+    extras_require={
+        # torch is pinned: an unpinned torch pulls several GB of CUDA wheels.
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "hypothesis",
+            "torch==2.13.0",
+        ],
+        "tfds": ["tensorflow-datasets"],
+    },
+)

@@ -1,0 +1,37 @@
+"""Shared test set-up: paths to ../shared, NLTK data, and deterministic CPU JAX."""
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PARITY = SHARED / "parity"
+DATA = SHARED / "data"
+
+# NLTK reads its tagger and punkt from here; set before nltk is imported anywhere.
+os.environ.setdefault("NLTK_DATA", str(DATA / "nltk_data"))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Parity at 1e-5 needs full float32 matmuls (no TF32 / bf16 passes on accelerators).
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+
+
+def _require(path: pathlib.Path) -> pathlib.Path:
+  if not path.exists():
+    pytest.fail(f"{path} is missing: tests expect ../shared beside the repository", pytrace=False)
+  return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> pathlib.Path:
+  return _require(SHARED)
+
+
+@pytest.fixture(scope="session")
+def parity_dir() -> pathlib.Path:
+  return _require(PARITY)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+  return _require(DATA)
