@@ -1,0 +1,97 @@
+"""Small building blocks shared by every Flax module: dense/LayerNorm/embedding constructors that
+attach logical axis names, the activation table and the dtype policy.
+
+Logical axes (one vocabulary for the whole package; `poi_jax.train.mesh` maps them to mesh axes):
+``vocab``, ``embed`` (model width), ``mlp`` (feed-forward width), ``heads`` (the heads x head_dim
+projection width), ``kv``, ``layers`` (the stacked axis of scanned layers). ``None`` = replicated.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# Variables keep their logical names as metadata (for `nnx.get_partition_spec`) but are not
+# sharded eagerly at creation: the engine shards the whole state at once from the config's rules.
+nnx.use_eager_sharding(False)
+
+Axes = tuple[str | None, ...]
+
+
+def compute_dtype(name: str) -> jnp.dtype:
+  return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+def dense(in_features: int, out_features: int, axes: Axes, *, init_std: float, dtype, rngs,
+          use_bias: bool = True) -> nnx.Linear:
+  """``nnx.Linear`` with kernel ``(in, out)`` named ``axes`` and bias named ``axes[-1]``.
+
+  Initialised like the PyTorch originals (normal(init_std) kernel, zero bias); parameters float32.
+  """
+  return nnx.Linear(
+      in_features, out_features, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
+      kernel_init=nnx.with_partitioning(nnx.initializers.normal(init_std), axes),
+      bias_init=nnx.with_partitioning(nnx.initializers.zeros_init(), (axes[-1],)),
+      precision=None, rngs=rngs)
+
+
+def layer_norm(features: int, eps: float, *, dtype, rngs, axis_name: str | None = "embed"
+               ) -> nnx.LayerNorm:
+  """LayerNorm over the last axis (biased variance, eps from the config, as torch does)."""
+  return nnx.LayerNorm(
+      features, epsilon=eps, dtype=dtype, param_dtype=jnp.float32,
+      scale_init=nnx.with_partitioning(nnx.initializers.ones_init(), (axis_name,)),
+      bias_init=nnx.with_partitioning(nnx.initializers.zeros_init(), (axis_name,)),
+      rngs=rngs)
+
+
+def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> nnx.Embed:
+  return nnx.Embed(
+      num, features, dtype=dtype, param_dtype=jnp.float32,
+      embedding_init=nnx.with_partitioning(nnx.initializers.normal(init_std), axes), rngs=rngs)
+
+
+def _gelu_exact(x):
+  return jax.nn.gelu(x, approximate=False)
+
+
+def _gelu_tanh(x):
+  return jax.nn.gelu(x, approximate=True)
+
+
+# HF `hidden_act` names -> functions. `gelu` is the exact erf form, `gelu_new` the tanh form.
+ACTIVATIONS = {
+    "gelu": _gelu_exact,
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_tanh,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+
+def activation(name: str):
+  try:
+    return ACTIVATIONS[name]
+  except KeyError:
+    raise ValueError(f"unsupported hidden_act {name!r}; supported: {sorted(ACTIVATIONS)}") from None
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None, deterministic: bool) -> jax.Array:
+  """Inverted dropout with an explicit key (keys are threaded explicitly so that layer stacks can
+  run under `lax.scan` without per-layer RNG state)."""
+  if deterministic or rate == 0.0:
+    return x
+  if key is None:
+    raise ValueError("dropout needs a key when deterministic=False")
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+def split_key(key: jax.Array | None, n: int):
+  """``n`` keys from ``key`` (a tuple of Nones when there is none: eval mode)."""
+  if key is None:
+    return (None,) * n
+  return tuple(jax.random.split(key, n))
