@@ -1,0 +1,76 @@
+r"""poi-jax command line.
+
+  python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run \
+      [--config.optim.lr=2e-5 ...]
+
+Resolves the config (variant after the colon, ``--config.x.y=v`` overrides; an unknown key is an
+error), writes it to ``<workdir>/config.json``, builds the model and prints its parameter count.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from poi_jax.models import build, encoders
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the config, checkpoints, metrics.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def write_json_atomic(path: str, obj) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+  with os.fdopen(fd, "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def describe(config, workdir: str) -> int:
+  """Writes the resolved config, prints it and the model's parameter count; returns the count."""
+  os.makedirs(workdir, exist_ok=True)
+  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+  print(config)
+  enc_cfg = build.encoder_config(config)
+  n = build.parameter_count(build.abstract_encoder(enc_cfg))
+  print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
+        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}")
+  print(f"parameters: {n:,}")
+  return n
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    describe(_CONFIG.value, _WORKDIR.value)
+  except encoders.CheckpointError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  return 0
+
+
+def parse_flags(argv):
+  """absl flag parsing with one clear line for an override naming a key that does not exist."""
+  try:
+    return flags.FLAGS(argv)
+  except (KeyError, AttributeError) as e:
+    bad = [a for a in argv[1:] if a.startswith("--config.")]
+    found = re.search(r"\w+", str(e))  # the message is a repr of a repr: first word = the key
+    key = found.group(0) if found else str(e)
+    hint = re.search(r'Did you mean "(\w+)"', str(e))
+    sys.exit(f"error: unknown config key '{key}' in {' '.join(bad)}"
+             + (f" (did you mean '{hint.group(1)}'?)" if hint else "")
+             + "; the config is locked, so every --config.x.y override must name an existing field")
+  except flags.Error as e:
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,29 @@
+"""Model construction from an ml_collections config (shared by `poi_jax.main` and the engine)."""
+from __future__ import annotations
+
+import ml_collections
+from flax import nnx
+
+from poi_jax.models import encoders
+
+
+def encoder_config(config: ml_collections.ConfigDict) -> encoders.EncoderConfig:
+  """The encoder architecture: from ``model.init_from``'s config.json, else ``model.encoder``."""
+  m = config.model
+  runtime = dict(dtype=m.dtype, remat=m.remat, scan_layers=m.scan_layers)
+  if m.init_from:
+    cfg = encoders.read_config(encoders.resolve_checkpoint(m.init_from), **runtime)
+  else:
+    cfg = encoders.EncoderConfig.from_hf(m.encoder.to_dict(), **runtime)
+  if m.dropout >= 0:
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = float(m.dropout)
+  return cfg
+
+
+def abstract_encoder(cfg: encoders.EncoderConfig) -> nnx.Module:
+  """The encoder with shape-only parameters (no memory, no compute): for parameter counts."""
+  return nnx.eval_shape(lambda: encoders.build_encoder(cfg, rngs=nnx.Rngs(0)))
+
+
+def parameter_count(module: nnx.Module) -> int:
+  return encoders.count_params(module)

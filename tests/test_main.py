@@ -1,0 +1,69 @@
+"""`python -m poi_jax.main` and the config files, run as a user runs them (subprocesses)."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from ml_collections import config_flags  # noqa: F401  (the loader main uses)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TASKS = ["squad1", "squad2", "race", "dream"]
+
+
+def _main(*args):
+  return subprocess.run([sys.executable, "-m", "poi_jax.main", *args], capture_output=True,
+                        text=True, timeout=300, cwd=ROOT)
+
+
+def test_tiny_runs_offline_and_logs_the_resolved_config(tmp_path):
+  r = _main("--config=configs/squad2.py:tiny", f"--workdir={tmp_path}", "--config.optim.lr=2e-5")
+  assert r.returncode == 0, r.stderr
+  logged = json.loads((tmp_path / "config.json").read_text())
+  assert logged["task"] == "squad2" and logged["optim"]["lr"] == 2e-5
+  assert logged["model"]["encoder"]["hidden_size"] == 64  # the tiny variant was applied
+  count = int(r.stdout.split("parameters:")[1].split()[0].replace(",", ""))
+  # Independent count of the tiny ALBERT from its architecture (HF AlbertModel's layout).
+  e = logged["model"]["encoder"]
+  E, D, I, V = e["embedding_size"], e["hidden_size"], e["intermediate_size"], e["vocab_size"]
+  emb = (V + e["max_position_embeddings"] + e["type_vocab_size"]) * E + 2 * E
+  layer = 4 * (D * D + D) + 2 * D + (D * I + I) + (I * D + D) + 2 * D
+  expected = emb + (E * D + D) + e["num_hidden_groups"] * e["inner_group_num"] * layer + D * D + D
+  assert count == expected
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+  r = _main("--config=configs/squad2.py:tiny", f"--workdir={tmp_path}", "--config.optim.lrr=1")
+  assert r.returncode != 0
+  assert "unknown config key 'lrr'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_variant_is_an_error(tmp_path):
+  r = _main("--config=configs/squad2.py:huge", f"--workdir={tmp_path}")
+  assert r.returncode != 0 and "unknown config variant 'huge'" in r.stderr
+
+
+def test_paper_config_offline_fails_with_one_clear_line(tmp_path, monkeypatch):
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  r = subprocess.run([sys.executable, "-m", "poi_jax.main", "--config=configs/squad2.py",
+                      f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=300,
+                     cwd=ROOT)
+  assert r.returncode == 1
+  assert r.stderr.strip().splitlines()[-1].startswith(
+      "error: cannot fetch 'albert/albert-xxlarge-v2'")
+  assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("variant", [None, "tiny", "minilm", "albert_base"])
+def test_every_config_variant_resolves_and_is_locked(task, variant):
+  import importlib
+  mod = importlib.import_module(f"configs.{task}")
+  c = mod.get_config(variant)
+  assert c.task == task
+  with pytest.raises(AttributeError):
+    c.optim.not_a_field = 1  # locked: new keys are refused
+  if variant == "tiny":
+    assert c.model.init_from == "" and c.train.max_steps > 0
+  if variant == "minilm":
+    assert c.model.init_from == "minilm"
