@@ -1,0 +1,169 @@
+"""POI-Net (POS-Enhanced Iterative Co-Attention Network) for extractive and multiple-choice
+reading comprehension, on ALBERT, BERT or RoBERTa encoders.
+
+* POS-enhanced encoder (paper §2.1): a 40-row POS table (0 pad, 1-36 Penn tags, 37 special
+  tokens, 38 other/empty, 39 spare) of the encoder's embedding width (ALBERT: the factorised
+  size), initialised like the other embeddings and added to word + position + type embeddings
+  before the embedding LayerNorm through the encoder's ``extra_embeddings`` hook.
+* Iterative co-attention (§2.2-2.3, `poi_jax.layers.poi_coattention`): ``coattention="paper"``
+  (``turns``, ``strategy``), ``"released"`` (``nan_guard``) or ``"none"`` (plain encoder baseline,
+  for the paper's Table 4 ablations together with ``pos_embedding=False``).
+* Heads (§2.4): QA = Linear D->2 on the co-attended sequence, start/end cross-entropy averaged as
+  transformers does; multiple choice = per option max-pool of the co-attended sequence over the
+  tokens of its two domains, Linear D->1, softmax over options. The released multiple-choice code
+  applies its classifier per token and reshapes to ``(-1, num_choices)``, which mixes tokens and
+  options and cannot train; we follow the paper's §2.4.1 instead.
+
+Parameters: ``encoder`` (HF layout, see `poi_jax.models.encoders`), ``pos_embeddings`` (exported
+as ``embeddings.pos_tag_embeddings.weight``), ``qa_outputs`` / ``classifier``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from poi_jax.layers import common
+from poi_jax.layers import poi_coattention as coatt
+from poi_jax.models import checks, encoders, heads
+
+POS_VOCAB = checks.NUM_POS_TAGS
+POS_EXPORT_NAME = "embeddings.pos_tag_embeddings.weight"
+COATTENTION_VARIANTS = ("paper", "released", "none")
+
+
+class _PoiNetBase(nnx.Module):
+  """Encoder + POS table + co-attention; subclasses add the output layer."""
+
+  def __init__(self, encoder_config: encoders.EncoderConfig, *, coattention: str = "paper",
+               turns: int = 3, strategy: str = "forgetting", nan_guard: bool = True,
+               pos_embedding: bool = True, rngs: nnx.Rngs):
+    if coattention not in COATTENTION_VARIANTS:
+      raise ValueError(f"coattention must be one of {COATTENTION_VARIANTS}, got {coattention!r}")
+    if strategy not in coatt.STRATEGIES:
+      raise ValueError(f"strategy must be one of {coatt.STRATEGIES}, got {strategy!r}")
+    self.config = encoder_config
+    self.coattention = coattention
+    self.turns, self.strategy, self.nan_guard = int(turns), strategy, bool(nan_guard)
+    self.encoder = encoders.build_encoder(encoder_config, rngs=rngs)
+    self.pos_embeddings = (common.embed(POS_VOCAB, encoder_config.embedding_dim, (None, "embed"),
+                                        init_std=encoder_config.initializer_range,
+                                        dtype=common.compute_dtype(encoder_config.dtype),
+                                        rngs=rngs)
+                           if pos_embedding else None)
+
+  def encode(self, input_ids, attention_mask, token_type_ids, pos_tags, con_start, con_end, *,
+             deterministic: bool):
+    """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``."""
+    extra = None
+    if self.pos_embeddings is not None:
+      extra = self.pos_embeddings(pos_tags)
+    h = self.encoder(input_ids, attention_mask, token_type_ids, extra_embeddings=extra,
+                     deterministic=deterministic).last_hidden_state
+    m_a, m_b = coatt.domain_masks(con_start, con_end, h.shape[1])
+    if self.coattention == "released":
+      _, r, _ = coatt.released_coattention(h, con_start, con_end, nan_guard=self.nan_guard)
+    elif self.coattention == "paper":
+      _, r = coatt.paper_coattention(h, con_start, con_end, turns=self.turns,
+                                     strategy=self.strategy)
+    else:
+      r = h
+    return r, m_a + m_b
+
+  def _check(self, batch):
+    if checks.is_concrete(batch):
+      checks.check_batch(batch)
+
+  def export_tensors(self) -> dict[str, np.ndarray]:
+    """Extra tensors saved beside the encoder by `encoders.export_pretrained`."""
+    if self.pos_embeddings is None:
+      return {}
+    return {POS_EXPORT_NAME: np.asarray(self.pos_embeddings.embedding.get_value())}
+
+
+def _fields(batch: Mapping[str, jax.Array]):
+  ids = batch["input_ids"]
+  mask = batch.get("attention_mask")
+  mask = jnp.ones_like(ids) if mask is None else mask
+  types = batch.get("token_type_ids")
+  types = jnp.zeros_like(ids) if types is None else types
+  tags = batch.get("pos_tags")
+  tags = jnp.zeros_like(ids) if tags is None else tags
+  return ids, mask, types, tags
+
+
+class PoiNetForQuestionAnswering(_PoiNetBase):
+  """Extractive QA: batch ``(B, L)`` token fields, ``con_start``/``con_end`` ``(B,)`` ->
+  ``{"start_logits", "end_logits"}`` each ``(B, L)``."""
+
+  def __init__(self, encoder_config: encoders.EncoderConfig, **kwargs):
+    rngs = kwargs["rngs"]
+    super().__init__(encoder_config, **kwargs)
+    self.qa_outputs = common.dense(encoder_config.hidden_size, 2, ("embed", None),
+                                   init_std=encoder_config.initializer_range,
+                                   dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+    self._check(batch)
+    ids, mask, types, tags = _fields(batch)
+    r, _ = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
+                       deterministic=deterministic)
+    logits = self.qa_outputs(r.astype(jnp.float32))
+    return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+  def loss(self, batch, outputs) -> jax.Array:
+    return heads.span_loss(outputs["start_logits"], outputs["end_logits"],
+                           batch["start_positions"], batch["end_positions"],
+                           batch.get("example_mask"))
+
+
+class PoiNetForMultipleChoice(_PoiNetBase):
+  """Multiple choice: batch ``(B, C, L)`` token fields, ``con_start``/``con_end`` ``(B, C)`` ->
+  ``{"logits": (B, C)}``. Each option is one sequence ``[CLS] passage [SEP] question+option
+  [SEP]``; its co-attended sequence is max-pooled over its domain tokens (paper §2.4.1)."""
+
+  def __init__(self, encoder_config: encoders.EncoderConfig, **kwargs):
+    rngs = kwargs["rngs"]
+    super().__init__(encoder_config, **kwargs)
+    self.classifier = common.dense(encoder_config.hidden_size, 1, ("embed", None),
+                                   init_std=encoder_config.initializer_range,
+                                   dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+    self._check(batch)
+    b, c, l = batch["input_ids"].shape
+    flat = lambda x: x.reshape((b * c,) + x.shape[2:])
+    ids, mask, types, tags = (flat(x) for x in _fields(batch))
+    r, dom = self.encode(ids, mask, types, tags, flat(batch["con_start"]),
+                         flat(batch["con_end"]), deterministic=deterministic)
+    pooled = jnp.max(jnp.where(dom[..., None] > 0, r.astype(jnp.float32), -jnp.inf), axis=1)
+    return {"logits": self.classifier(pooled)[:, 0].reshape(b, c)}
+
+  def loss(self, batch, outputs) -> jax.Array:
+    return heads.multiple_choice_loss(outputs["logits"], batch["labels"],
+                                      batch.get("example_mask"))
+
+
+def load_pretrained_into(model: _PoiNetBase, checkpoint: str) -> encoders.LoadReport:
+  """Loads a HF checkpoint into ``model.encoder``; the POS table is read back when the checkpoint
+  has it (a poi-jax export) and otherwise reported as newly initialised."""
+  ckpt_dir = encoders.resolve_checkpoint(checkpoint)
+  source, sd = encoders.load.read_state_dict(ckpt_dir)
+  pos = sd.pop(POS_EXPORT_NAME, None)
+  report = encoders.load_state_dict_into(model.encoder, sd, source)
+  if model.pos_embeddings is not None:
+    if pos is None:
+      report.newly_initialized.append(POS_EXPORT_NAME)
+    else:
+      want = model.pos_embeddings.embedding.get_value().shape
+      if pos.shape != want:
+        raise encoders.CheckpointError(f"{source}: tensor {POS_EXPORT_NAME!r} has shape "
+                                       f"{pos.shape}, the model expects {want}")
+      model.pos_embeddings.embedding.set_value(jnp.asarray(pos))
+      report.loaded.append(POS_EXPORT_NAME)
+  elif pos is not None:
+    report.unused.append(POS_EXPORT_NAME)
+  return report
