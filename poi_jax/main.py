@@ -4,7 +4,8 @@ r"""poi-jax command line.
       [--config.optim.lr=2e-5 ...]
 
 Resolves the config (variant after the colon, ``--config.x.y=v`` overrides; an unknown key is an
-error), writes it to ``<workdir>/config.json``, builds the model and prints its parameter count.
+error), writes it to ``<workdir>/config.json``, builds the model (shapes only) and prints its
+parameter count: the encoder's and what the head adds over it.
 """
 from __future__ import annotations
 
@@ -38,9 +39,13 @@ def describe(config, workdir: str) -> int:
   write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
   print(config)
   enc_cfg = build.encoder_config(config)
-  n = build.parameter_count(build.abstract_encoder(enc_cfg))
+  n_enc = build.parameter_count(build.abstract_encoder(enc_cfg))
+  n = build.parameter_count(build.abstract_task_model(config))
   print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
-        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}")
+        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
+  print(f"head: {config.model.head} (co-attention {config.model.coattention.variant}, POS "
+        f"embedding {'on' if config.model.pos_embedding else 'off'}): "
+        f"{n - n_enc:,} parameters over the encoder")
   print(f"parameters: {n:,}")
   return n
 

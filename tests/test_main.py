@@ -28,8 +28,16 @@ def test_tiny_runs_offline_and_logs_the_resolved_config(tmp_path):
   E, D, I, V = e["embedding_size"], e["hidden_size"], e["intermediate_size"], e["vocab_size"]
   emb = (V + e["max_position_embeddings"] + e["type_vocab_size"]) * E + 2 * E
   layer = 4 * (D * D + D) + 2 * D + (D * I + I) + (I * D + D) + 2 * D
-  expected = emb + (E * D + D) + e["num_hidden_groups"] * e["inner_group_num"] * layer + D * D + D
-  assert count == expected
+  encoder = emb + (E * D + D) + e["num_hidden_groups"] * e["inner_group_num"] * layer + D * D + D
+  pos_table, qa_outputs = 40 * E, D * 2 + 2  # POI-Net adds only these
+  assert count == encoder + pos_table + qa_outputs
+  assert f"{pos_table + qa_outputs:,} parameters over the encoder" in r.stdout
+
+
+def test_plain_encoder_head_adds_only_the_classifier(tmp_path):
+  r = _main("--config=configs/dream.py:tiny", f"--workdir={tmp_path}", "--config.model.head=none")
+  assert r.returncode == 0, r.stderr
+  assert "65 parameters over the encoder" in r.stdout  # Linear 64 -> 1
 
 
 def test_unknown_config_key_is_an_error(tmp_path):

@@ -27,3 +27,33 @@ def abstract_encoder(cfg: encoders.EncoderConfig) -> nnx.Module:
 
 def parameter_count(module: nnx.Module) -> int:
   return encoders.count_params(module)
+
+
+EXTRACTIVE_TASKS = ("squad1", "squad2")
+CHOICE_TASKS = ("race", "dream")
+
+
+def task_model(config: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
+  """The model a config describes: POI-Net (``model.head=poi``) or the plain encoder baseline
+  (``model.head=none``: POI-Net's heads with no POS table and no co-attention), QA for SQuAD,
+  multiple choice for RACE/DREAM. Random weights; the engine loads ``model.init_from``."""
+  from poi_jax.models import poi_net
+  m = config.model
+  enc_cfg = encoder_config(config)
+  if config.task in EXTRACTIVE_TASKS:
+    cls = poi_net.PoiNetForQuestionAnswering
+  elif config.task in CHOICE_TASKS:
+    cls = poi_net.PoiNetForMultipleChoice
+  else:
+    raise ValueError(f"unknown task {config.task!r}; known: {EXTRACTIVE_TASKS + CHOICE_TASKS}")
+  if m.head == "poi":
+    return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
+               strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
+               pos_embedding=m.pos_embedding, rngs=rngs)
+  if m.head == "none":
+    return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
+  raise ValueError(f"model.head={m.head!r} is not available yet (known: poi, none)")
+
+
+def abstract_task_model(config: ml_collections.ConfigDict) -> nnx.Module:
+  return nnx.eval_shape(lambda: task_model(config, rngs=nnx.Rngs(0)))
