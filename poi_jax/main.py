@@ -43,8 +43,11 @@ def describe(config, workdir: str) -> int:
   n = build.parameter_count(build.abstract_task_model(config))
   print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
         f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
-  print(f"head: {config.model.head} (co-attention {config.model.coattention.variant}, POS "
-        f"embedding {'on' if config.model.pos_embedding else 'off'}): "
+  detail = (f"DUMA {config.model.duma.variant}, k={config.model.duma.num_layers}"
+            if config.model.head == "duma" else
+            f"co-attention {config.model.coattention.variant}")
+  print(f"head: {config.model.head} ({detail}, POS embedding "
+        f"{'on' if config.model.pos_embedding else 'off'}): "
         f"{n - n_enc:,} parameters over the encoder")
   print(f"parameters: {n:,}")
   return n

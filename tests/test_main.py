@@ -75,3 +75,11 @@ def test_every_config_variant_resolves_and_is_locked(task, variant):
     assert c.model.init_from == "" and c.train.max_steps > 0
   if variant == "minilm":
     assert c.model.init_from == "minilm"
+
+
+def test_duma_head_count_is_printed(tmp_path):
+  r = _main("--config=configs/dream.py:tiny", f"--workdir={tmp_path}", "--config.model.head=duma",
+            "--config.model.pos_embedding=false")
+  assert r.returncode == 0, r.stderr
+  d = 64
+  assert f"{4 * (d * d + d) + 2 * d + 1:,} parameters over the encoder" in r.stdout

@@ -34,7 +34,8 @@ CHOICE_TASKS = ("race", "dream")
 
 
 def task_model(config: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
-  """The model a config describes: POI-Net (``model.head=poi``) or the plain encoder baseline
+  """The model a config describes: POI-Net (``model.head=poi``), DUMA (``duma``, multiple
+  choice only) or the plain encoder baseline
   (``model.head=none``: POI-Net's heads with no POS table and no co-attention), QA for SQuAD,
   multiple choice for RACE/DREAM. Random weights; the engine loads ``model.init_from``."""
   from poi_jax.models import poi_net
@@ -52,7 +53,16 @@ def task_model(config: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Modu
                pos_embedding=m.pos_embedding, rngs=rngs)
   if m.head == "none":
     return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
-  raise ValueError(f"model.head={m.head!r} is not available yet (known: poi, none)")
+  if m.head == "duma":
+    if config.task not in CHOICE_TASKS:
+      raise ValueError(f"model.head=duma is a multiple-choice head; task {config.task!r} is not")
+    from poi_jax.models import duma
+    d = m.duma
+    return duma.DumaForMultipleChoice(
+        enc_cfg, variant=d.variant, num_layers=d.num_layers, share_layers=d.share_layers,
+        num_heads=d.num_heads, fuse=d.fuse, direction=d.direction, block=d.block,
+        pos_embedding=m.pos_embedding, rngs=rngs)
+  raise ValueError(f"unknown model.head={m.head!r} (known: poi, duma, none)")
 
 
 def abstract_task_model(config: ml_collections.ConfigDict) -> nnx.Module:
