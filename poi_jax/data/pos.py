@@ -1,0 +1,82 @@
+"""Part-of-speech tags for POI-Net's POS embedding (paper §2.1, ``parity/SPEC.md`` §5).
+
+Tag ids: 0 padding, 1..36 the Penn Treebank tags below, 37 special tokens ([CLS], [SEP], ...),
+38 every other tag (punctuation, ``$``, ...) and empty sub-tokens. NLTK's ``word_tokenize`` and
+averaged perceptron tagger read their data from ``NLTK_DATA`` (``punkt_tab``,
+``averaged_perceptron_tagger_eng``); a missing resource is one clear error naming it.
+
+`align_original` reproduces the released POI-Net alignment exactly, quirks included: each
+sub-token (with ``▁`` removed) takes the tag of the current NLTK word, moving to the next word
+only when it is not a substring of the current word but is of the next one.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+PENN_TAGS = ("CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR", "JJS", "LS", "MD", "NN", "NNS",
+             "NNP", "NNPS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR", "RBS", "RP", "SYM", "TO",
+             "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB")
+POS_TAG_MAP = {t: i + 1 for i, t in enumerate(PENN_TAGS)}
+PAD_ID, SPECIAL_ID, OTHER_ID = 0, 37, 38
+NUM_POS_IDS = 40
+_RESOURCES = (("tokenizers/punkt_tab/english", "punkt_tab"),
+              ("taggers/averaged_perceptron_tagger_eng", "averaged_perceptron_tagger_eng"))
+
+
+class NltkResourceError(RuntimeError):
+  """An NLTK data package is missing (names it and how to provide it)."""
+
+
+def tag_id(tag: str) -> int:
+  return POS_TAG_MAP.get(tag, OTHER_ID)
+
+
+def ensure_nltk_resources() -> None:
+  import nltk
+  for path, package in _RESOURCES:
+    try:
+      nltk.data.find(path)
+    except LookupError:
+      raise NltkResourceError(
+          f"NLTK resource {package!r} not found (searched {', '.join(nltk.data.path)}); set "
+          f"NLTK_DATA to a directory holding it (e.g. ../shared/data/nltk_data) or run "
+          f"nltk.download({package!r})") from None
+
+
+def tag_words(text: str, *, lowercase: bool = True) -> list[tuple[str, str]]:
+  """``[(word, Penn tag)]`` from NLTK's ``word_tokenize`` + perceptron tagger (on the lowercased
+  text, as the released POI-Net pipeline tags it)."""
+  import nltk
+  ensure_nltk_resources()
+  return nltk.pos_tag(nltk.word_tokenize(text.lower() if lowercase else text))
+
+
+def align_original(subtokens: Sequence[str], word_tags: Sequence[tuple[str, str]]) -> list[int]:
+  """The released alignment (SPEC §5): one tag id per sub-token.
+
+  Raises IndexError where the released code does (a sub-token past the last word that is not in
+  it), so a caller sees the same failure the original would have had.
+  """
+  ids, k = [], 0
+  words = [w for w, _ in word_tags]
+  for s in subtokens:
+    s = s.replace("\u2581", "")
+    if s == "":
+      ids.append(OTHER_ID)
+      continue
+    if s not in words[k] and s in words[k + 1]:
+      k += 1
+    ids.append(tag_id(word_tags[k][1]))
+  return ids
+
+
+def original_layout(question_ids: Sequence[int], context_ids: Sequence[int],
+                    max_seq_length: int) -> tuple[list[int], int, int]:
+  """The released ``[CLS] Q [SEP] C [SEP]`` layout of POS ids -> ``(pos_tags, con_start,
+  con_end)``. Like the original, the question length is not truncated here (a quirk)."""
+  nq = len(question_ids)
+  con_len = min(max_seq_length - nq - 3, len(context_ids))
+  tags = [SPECIAL_ID] + list(question_ids) + [SPECIAL_ID] + list(context_ids[:con_len]) + [
+      SPECIAL_ID]
+  tags += [PAD_ID] * (max_seq_length - len(tags))
+  return tags[:max_seq_length], nq + 1, nq + con_len + 2

@@ -1,0 +1,68 @@
+"""Readers load ../shared/data with the counts its README gives, and reject bad records."""
+import json
+
+import pytest
+
+from poi_jax.data.readers import read_dream, read_race, read_squad
+from poi_jax.data.records import DataError
+
+
+def test_squad2_subset_counts(data_dir):
+  ex = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")
+  assert len(ex) == 4449
+  assert sum(e.is_impossible for e in ex) == 2342
+  assert len({e.title for e in ex}) == 12
+  assert all(len(e.qid) == 25 for e in ex)
+
+
+def test_dream_counts(data_dir):
+  train = read_dream(data_dir / "dream" / "train.json")
+  dev = read_dream(data_dir / "dream" / "dev.json")
+  assert len(train) == 6116 and len({e.qid.rsplit("-", 1)[0] for e in train}) == 3869
+  assert len(dev) == 2040 and len({e.qid.rsplit("-", 1)[0] for e in dev}) == 1288
+  assert all(len(e.options) == 3 for e in train + dev)
+
+
+def test_race_counts(data_dir):
+  high = read_race(data_dir / "race" / "dev", "high")
+  middle = read_race(data_dir / "race" / "dev", "middle")
+  assert len(high) == 3451 and len({e.source for e in high}) == 1021
+  assert len(middle) == 1436 and len({e.source for e in middle}) == 368
+  assert len(read_race(data_dir / "race" / "dev")) == 3451 + 1436
+
+
+def _squad(tmp_path, qa, context="The cat sat on the mat."):
+  p = tmp_path / "s.json"
+  p.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [
+      {"context": context, "qas": [qa]}]}]}))
+  return p
+
+
+def test_bad_squad_records_name_file_record_field(tmp_path):
+  p = _squad(tmp_path, {"id": "q1", "question": "Where?", "is_impossible": False,
+                        "answers": [{"text": "mat", "answer_start": 99}]})
+  with pytest.raises(DataError, match=r"s.json: record 'q1', field 'answers.answer_start'"):
+    read_squad(p)
+  p = _squad(tmp_path, {"id": "q2", "is_impossible": True, "answers": []})
+  with pytest.raises(DataError, match=r"record 'q2', field 'question'"):
+    read_squad(p)
+  (tmp_path / "bad.json").write_text("{not json")
+  with pytest.raises(DataError, match=r"bad.json: .*not valid JSON"):
+    read_squad(tmp_path / "bad.json")
+
+
+def test_bad_choice_records(tmp_path):
+  p = tmp_path / "d.json"
+  p.write_text(json.dumps([[["M: hi"], [{"question": "q", "choice": ["a", "b", "c"],
+                                         "answer": "z"}], "5-1"]]))
+  with pytest.raises(DataError, match=r"d.json: record '5-1-0', field 'answer'"):
+    read_dream(p)
+  (tmp_path / "r" / "high").mkdir(parents=True)
+  (tmp_path / "r" / "high" / "1.txt").write_text(json.dumps(
+      {"id": "high1.txt", "article": "a", "questions": ["q"], "options": [["x", "y"]],
+       "answers": ["D"]}))
+  with pytest.raises(DataError, match=r"1.txt: record 'high1.txt-0', field 'answers'"):
+    read_race(tmp_path / "r", "high")
+  (tmp_path / "r" / "high" / "1.txt").write_text(json.dumps({"id": "h", "article": "a"}))
+  with pytest.raises(DataError, match=r"record 'h', field 'questions': missing"):
+    read_race(tmp_path / "r", "high")
