@@ -1,0 +1,135 @@
+"""SQuAD metrics computed exactly as the official evaluation scripts (v1.1 and v2.0) do.
+
+Rules reproduced: answer normalisation (lower case, punctuation removed, articles a/an/the
+removed, whitespace collapsed); exact match and token F1 maximised over the references; v2.0:
+references that normalise to empty are dropped and an unanswerable question's reference is the
+empty string (so predicting "" is exact); ``na_probs`` with ``na_prob_thresh`` turn predictions
+into no-answers; the HasAns/NoAns breakdown; the best threshold search (``best_exact``,
+``best_f1`` and their thresholds). v1.1: a missing prediction counts as wrong.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import string
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(s: str) -> str:
+  s = s.lower()
+  s = "".join(ch for ch in s if ch not in _PUNCT)
+  s = _ARTICLES.sub(" ", s)
+  return " ".join(s.split())
+
+
+def _tokens(s: str) -> list[str]:
+  return normalize_answer(s).split() if s else []
+
+
+def exact_score(gold: str, pred: str) -> int:
+  return int(normalize_answer(gold) == normalize_answer(pred))
+
+
+def f1_score_v2(gold: str, pred: str) -> float:
+  g, p = _tokens(gold), _tokens(pred)
+  common = collections.Counter(g) & collections.Counter(p)
+  same = sum(common.values())
+  if not g or not p:
+    return float(g == p)  # both empty: 1, else 0
+  if same == 0:
+    return 0.0
+  precision, recall = same / len(p), same / len(g)
+  return 2 * precision * recall / (precision + recall)
+
+
+def f1_score_v1(gold: str, pred: str) -> float:
+  g, p = normalize_answer(gold).split(), normalize_answer(pred).split()
+  same = sum((collections.Counter(p) & collections.Counter(g)).values())
+  if same == 0:
+    return 0.0
+  precision, recall = same / len(p), same / len(g)
+  return 2 * precision * recall / (precision + recall)
+
+
+def _questions(dataset):
+  for article in dataset:
+    for para in article["paragraphs"]:
+      yield from para["qas"]
+
+
+def squad_v1_evaluate(dataset: list, predictions: dict[str, str]) -> dict[str, float]:
+  """``dataset``: the ``data`` list of a SQuAD JSON; ``predictions``: id -> text."""
+  em = f1 = total = 0
+  for qa in _questions(dataset):
+    total += 1
+    if qa["id"] not in predictions:
+      continue  # the official script prints a message and counts it as 0
+    golds = [a["text"] for a in qa["answers"]]
+    pred = predictions[qa["id"]]
+    em += max(exact_score(g, pred) for g in golds)
+    f1 += max(f1_score_v1(g, pred) for g in golds)
+  return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}
+
+
+def _best_thresh(preds, scores, na_probs, has_ans):
+  score = best = sum(1 for q in has_ans if not has_ans[q])
+  best_thresh = 0.0
+  for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+    if qid not in scores:
+      continue
+    if has_ans[qid]:
+      diff = scores[qid]
+    else:
+      diff = -1 if preds[qid] else 0
+    score += diff
+    if score > best:
+      best, best_thresh = score, na_probs[qid]
+  return 100.0 * best / len(scores), best_thresh
+
+
+def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
+                      na_probs: dict[str, float] | None = None,
+                      na_prob_thresh: float = 1.0) -> dict[str, float]:
+  """The official v2.0 evaluation dict: exact, f1, total, HasAns_*, NoAns_*, best_exact(_thresh),
+  best_f1(_thresh)."""
+  if na_probs is None:
+    na_probs = {k: 0.0 for k in predictions}
+  has_ans, exact, f1 = {}, {}, {}
+  for qa in _questions(dataset):
+    qid = qa["id"]
+    has_ans[qid] = bool(qa["answers"])
+    golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+    if qid not in predictions:
+      continue
+    pred = predictions[qid]
+    exact[qid] = max(exact_score(g, pred) for g in golds)
+    f1[qid] = max(f1_score_v2(g, pred) for g in golds)
+
+  def threshold(scores):
+    out = {}
+    for qid, s in scores.items():
+      out[qid] = float(not has_ans[qid]) if na_probs[qid] > na_prob_thresh else s
+    return out
+
+  exact_t, f1_t = threshold(exact), threshold(f1)
+
+  def summary(ids, prefix=""):
+    n = len(ids)
+    return {f"{prefix}exact": 100.0 * sum(exact_t[q] for q in ids) / n,
+            f"{prefix}f1": 100.0 * sum(f1_t[q] for q in ids) / n, f"{prefix}total": n}
+
+  result = summary(list(exact_t))
+  has = [q for q in exact_t if has_ans[q]]
+  no = [q for q in exact_t if not has_ans[q]]
+  if has:
+    result.update(summary(has, "HasAns_"))
+  if no:
+    result.update(summary(no, "NoAns_"))
+  if na_probs:
+    best_exact, t_exact = _best_thresh(predictions, exact, na_probs, has_ans)
+    best_f1, t_f1 = _best_thresh(predictions, f1, na_probs, has_ans)
+    result.update(best_exact=best_exact, best_exact_thresh=t_exact, best_f1=best_f1,
+                  best_f1_thresh=t_f1)
+  return result
