@@ -1,0 +1,73 @@
+"""n-best span decoding across windows, SQuAD 2.0 null scores, and atomic prediction files."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import tempfile
+
+import numpy as np
+
+
+def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.ndarray, *,
+                 n_best_size: int = 20, max_answer_length: int = 30,
+                 version_2_with_negative: bool = True, null_score_diff_threshold: float = 0.0):
+  """Best answer per example from window logits ``(N, L)``.
+
+  Candidates: the ``n_best_size`` best starts x ends of each window inside the context, with
+  ``start <= end < start + max_answer_length``; score = start + end logit; text = the context
+  between the offsets. SQuAD 2.0: the null score is the smallest [CLS] score ``s_0 + e_0`` over
+  the example's windows; the answer is "" when ``null - best > null_score_diff_threshold``.
+  Returns ``(predictions id -> text, nbest id -> list, null_odds id -> float)``.
+  """
+  offsets = features.meta["offsets"]
+  by_example = collections.defaultdict(list)
+  for f, ei in enumerate(features.arrays["example_index"]):
+    by_example[int(ei)].append(f)
+  preds, nbest_all, null_odds = {}, {}, {}
+  for ei, ex in enumerate(examples):
+    cands, null = [], None
+    for f in by_example.get(ei, []):
+      s, e, off = start_logits[f], end_logits[f], offsets[f]
+      score_null = float(s[0] + e[0])
+      null = score_null if null is None or score_null < null else null
+      for i in np.argsort(s)[::-1][:n_best_size]:
+        for j in np.argsort(e)[::-1][:n_best_size]:
+          if off[i, 0] < 0 or off[j, 0] < 0 or j < i or j - i + 1 > max_answer_length:
+            continue
+          cands.append((float(s[i] + e[j]), int(off[i, 0]), int(off[j, 1]), float(s[i]),
+                        float(e[j])))
+    cands.sort(key=lambda c: -c[0])
+    nbest = [{"text": ex.context[a:b], "start_logit": sl, "end_logit": el, "score": sc}
+             for sc, a, b, sl, el in cands[:n_best_size]]
+    if version_2_with_negative and null is not None:
+      nbest.append({"text": "", "start_logit": None, "end_logit": None, "score": null})
+      nbest.sort(key=lambda c: -c["score"])
+    scores = np.array([c["score"] for c in nbest]) if nbest else np.zeros(0)
+    probs = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() if nbest else []
+    for c, p in zip(nbest, probs):
+      c["probability"] = float(p)
+    best = next((c for c in nbest if c["text"]), None)
+    if not version_2_with_negative:
+      preds[ex.qid] = best["text"] if best else ""
+    else:
+      diff = null - (best["score"] if best else -1e30) if null is not None else 0.0
+      null_odds[ex.qid] = float(diff)
+      preds[ex.qid] = "" if (best is None or diff > null_score_diff_threshold) else best["text"]
+    nbest_all[ex.qid] = nbest
+  return preds, nbest_all, null_odds
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``."""
+  d = os.path.dirname(os.path.abspath(path))
+  os.makedirs(d, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
