@@ -10,7 +10,7 @@ import ml_collections
 # A small random encoder that runs offline on a CPU in a few minutes.
 TINY_ENCODER = dict(
     model_type="albert",
-    vocab_size=30000,
+    vocab_size=30522,  # the all-MiniLM-L6-v2 WordPiece vocabulary (the tiny tokenizer)
     embedding_size=32,
     hidden_size=64,
     num_hidden_layers=2,
@@ -127,6 +127,7 @@ def get_base_config() -> ml_collections.ConfigDict:
 def apply_tiny(c: ml_collections.ConfigDict) -> None:
   """Small random encoder, short sequences, a few steps: runs offline on a CPU."""
   c.model.init_from = ""
+  c.model.tokenizer = "minilm"  # offline tokenizer for the random encoder
   c.model.encoder = ml_collections.ConfigDict(TINY_ENCODER)
   c.data.max_seq_length = 128
   c.data.doc_stride = 64

@@ -18,11 +18,15 @@ import tempfile
 from absl import app, flags
 from ml_collections import config_flags
 
+from poi_jax.data.pos import NltkResourceError
 from poi_jax.models import build, encoders
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the config, checkpoints, metrics.")
+_MODE = flags.DEFINE_enum("mode", "describe", ["describe", "train", "eval", "train_and_eval"],
+                          "describe: resolve the config and print the parameter count; train, "
+                          "eval, train_and_eval: run the engine.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -58,7 +62,10 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:
     describe(_CONFIG.value, _WORKDIR.value)
-  except encoders.CheckpointError as e:
+    if _MODE.value != "describe":
+      from poi_jax.train import loop
+      loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, _MODE.value)
+  except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   return 0

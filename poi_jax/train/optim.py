@@ -1,0 +1,37 @@
+"""optax AdamW with linear warmup + linear decay, clipping, accumulation, and no weight decay on
+biases and LayerNorm parameters (as BERT-family fine-tuning does)."""
+from __future__ import annotations
+
+import jax
+import ml_collections
+import optax
+from flax import nnx
+
+
+def decay_mask(params: nnx.State):
+  """True where weight decay applies: kernels and embeddings, not biases or LayerNorm scales."""
+  def keep(path, _):
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    if names and names[-1] == "value":  # the Variable's own attribute, not a parameter name
+      names = names[:-1]
+    return names[-1] not in ("bias", "scale")
+  return jax.tree_util.tree_map_with_path(keep, params)
+
+
+def learning_rate_schedule(lr: float, total_steps: int, warmup_ratio: float):
+  warmup = max(int(total_steps * warmup_ratio), 0)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, lr, max(warmup, 1)),
+       optax.linear_schedule(lr, 0.0, max(total_steps - warmup, 1))], [warmup])
+
+
+def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  schedule = learning_rate_schedule(optim.lr, total_steps, optim.warmup_ratio)
+  tx = optax.chain(
+      optax.clip_by_global_norm(optim.grad_clip) if optim.grad_clip > 0 else optax.identity(),
+      optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
+                  weight_decay=optim.weight_decay, mask=decay_mask))
+  if optim.accum_steps > 1:
+    tx = optax.MultiSteps(tx, every_k_schedule=optim.accum_steps)
+  return tx, schedule
