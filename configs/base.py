@@ -66,6 +66,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.train_file = ""
   c.data.eval_file = ""
+  c.data.predict_file = ""  # --mode=predict reads it (empty: eval_file); answers not needed
   c.data.max_seq_length = 384
   c.data.doc_stride = 128
   c.data.max_query_length = 64
@@ -98,6 +99,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.save_every = 1000
   c.train.keep_checkpoints = 2
   c.train.best_metric = ""  # empty: the task's default (f1 / accuracy)
+  c.train.export_best = True  # write the best checkpoint's encoder to <workdir>/export (HF)
 
   # ---- evaluation -------------------------------------------------------------------------
   c.eval = ml_collections.ConfigDict()

@@ -1,11 +1,18 @@
 r"""poi-jax command line.
 
   python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run \
-      [--config.optim.lr=2e-5 ...]
+      --mode=train_and_eval [--config.optim.lr=2e-5 ...]
 
 Resolves the config (variant after the colon, ``--config.x.y=v`` overrides; an unknown key is an
-error), writes it to ``<workdir>/config.json``, builds the model (shapes only) and prints its
-parameter count: the encoder's and what the head adds over it.
+error), writes it to ``<workdir>/config.json``, prints the model's parameter count (the encoder's
+and what the head adds over it) and runs the engine (`poi_jax.train.loop`) in ``--mode``.
+
+Multi-host: ``--coordinator_address=HOST:PORT --num_processes=N --process_id=I`` (the local and
+SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
+`jax.distributed.initialize` read the cluster's environment (TPU VMs, SLURM).
+
+Exit codes: 0 done; 1 bad input or config (one line on stderr, before any compilation); 143 the
+run got SIGTERM and saved a checkpoint (run the same command again to resume).
 """
 from __future__ import annotations
 
@@ -15,18 +22,29 @@ import re
 import sys
 import tempfile
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from poi_jax.data.pos import NltkResourceError
+from poi_jax import tasks
 from poi_jax.models import build, encoders
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the config, checkpoints, metrics.")
-_MODE = flags.DEFINE_enum("mode", "describe", ["describe", "train", "eval", "train_and_eval"],
+_MODE = flags.DEFINE_enum("mode", "describe",
+                          ["describe", "train", "eval", "train_and_eval", "predict"],
                           "describe: resolve the config and print the parameter count; train, "
-                          "eval, train_and_eval: run the engine.")
+                          "eval, train_and_eval, predict: run the engine.")
+_DISTRIBUTED = flags.DEFINE_enum(
+    "distributed", "off", ["off", "auto"],
+    "auto: jax.distributed.initialize() from the cluster environment (TPU VM, SLURM).")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "HOST:PORT of process 0, for multi-process runs.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what schedulers expect from a terminated job
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -44,7 +62,7 @@ def describe(config, workdir: str) -> int:
   print(config)
   enc_cfg = build.encoder_config(config)
   n_enc = build.parameter_count(build.abstract_encoder(enc_cfg))
-  n = build.parameter_count(build.abstract_task_model(config))
+  n = build.parameter_count(tasks.abstract_model(config))
   print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
         f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
   detail = (f"DUMA {config.model.duma.variant}, k={config.model.duma.num_layers}"
@@ -57,17 +75,34 @@ def describe(config, workdir: str) -> int:
   return n
 
 
+def init_distributed() -> None:
+  """`jax.distributed.initialize` from the flags, or from the environment with --distributed=auto."""
+  import jax
+  if _COORDINATOR.value:
+    if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
+      raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  elif _DISTRIBUTED.value == "auto":
+    jax.distributed.initialize()
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  init_distributed()
+  from poi_jax.train import loop
   try:
     describe(_CONFIG.value, _WORKDIR.value)
     if _MODE.value != "describe":
-      from poi_jax.train import loop
       loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, _MODE.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
+  except loop.Preempted as e:
+    print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
+    return PREEMPTED_EXIT_CODE
   return 0
 
 

@@ -21,7 +21,7 @@ from flax import nnx
 from poi_jax.layers import common
 from poi_jax.layers import duma as duma_lib
 from poi_jax.models import checks, encoders, heads
-from poi_jax.models.poi_net import POS_VOCAB
+from poi_jax.models.poi_net import POS_EXPORT_NAME, POS_VOCAB
 
 
 class DumaBatchError(checks.BatchError):
@@ -89,6 +89,12 @@ class DumaForMultipleChoice(nnx.Module):
   def loss(self, batch, outputs) -> jax.Array:
     return heads.multiple_choice_loss(outputs["logits"], batch["labels"],
                                       batch.get("example_mask"))
+
+  def export_tensors(self) -> dict[str, np.ndarray]:
+    """The POS table, saved beside the encoder by `encoders.export_pretrained` (as POI-Net)."""
+    if self.pos_embeddings is None:
+      return {}
+    return {POS_EXPORT_NAME: np.asarray(self.pos_embeddings.embedding.get_value())}
 
 
 def parameter_breakdown(model: DumaForMultipleChoice) -> dict[str, int]:

@@ -15,12 +15,14 @@ def _load_json(path: str):
     raise DataError(path, None, "<file>", f"not valid JSON ({e})") from None
 
 
-def read_squad(path: str) -> list[SquadExample]:
+def read_squad(path: str, *, require_answers: bool = True) -> list[SquadExample]:
   """All questions of a SQuAD file, validated before any tokenising.
 
   ``answer_start`` outside the context or a missing field is a `DataError` naming the file, the
   question id and the field. (An ``answer_start`` whose text does not match the context is kept
   here; the feature builder counts and reports it, as the original pipeline skips it.)
+  ``require_answers=False`` (prediction on unlabelled questions) accepts questions without
+  answers.
   """
   path = os.fspath(path)
   data = _load_json(path)
@@ -47,7 +49,7 @@ def read_squad(path: str) -> list[SquadExample]:
               raise DataError(path, qid, f"{field}.answer_start",
                               f"{a['answer_start']} is outside the context "
                               f"({len(context)} characters)")
-        if not impossible and not answers:
+        if require_answers and not impossible and not answers:
           raise DataError(path, qid, "answers", "an answerable question without answers")
         out.append(SquadExample(qid, qa["question"], context, answers, impossible,
                                 qa.get("plausible_answers", []), title, path))

@@ -1,0 +1,88 @@
+"""Batches of in-memory features for training and evaluation, with grain.
+
+* Training: ``grain.MapDataset`` over example indices, shuffled by ``seed`` (a new permutation
+  each epoch), repeated without end and cut into global batches of ``batch_size``; batches may span
+  an epoch boundary, so every training batch is full (fixed shapes, no masking). Each process
+  keeps its own rows of every global batch (``process_index``-th slice of ``batch_size /
+  process_count``), so N processes see exactly the batches one process would. The iterator's state
+  (``{"next_index": k}``: k global batches consumed) is JSON and goes into every checkpoint, so a
+  resumed run sees the same batches as an uninterrupted one.
+* Evaluation: in order, the last batch padded by repeating its first row, ``example_mask`` 0 on
+  the padding.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+import grain
+import numpy as np
+
+
+def _local_rows(batch_size: int, process_index: int, process_count: int) -> slice:
+  if batch_size % process_count:
+    raise ValueError(f"global batch size {batch_size} is not divisible by the {process_count} "
+                     f"processes")
+  per = batch_size // process_count
+  return slice(process_index * per, (process_index + 1) * per)
+
+
+def _gather(arrays: Mapping[str, np.ndarray], idx: np.ndarray, mask: np.ndarray) -> dict:
+  batch = {k: v[idx] for k, v in arrays.items()}
+  batch["example_mask"] = mask
+  return batch
+
+
+class TrainLoader:
+  """Endless shuffled training batches (this process's rows) with saveable state.
+
+  Args:
+    arrays: feature arrays, each ``(N, ...)``.
+    batch_size: the global batch size.
+    seed: shuffling seed.
+    process_index, process_count: this process and the number of processes (multi-host).
+  """
+
+  def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int, *, seed: int,
+               process_index: int = 0, process_count: int = 1):
+    self.arrays = dict(arrays)
+    self.num_examples = len(next(iter(self.arrays.values())))
+    if self.num_examples == 0:
+      raise ValueError("no training features")
+    self.batch_size = batch_size
+    rows = _local_rows(batch_size, process_index, process_count)
+    ones = np.ones(rows.stop - rows.start, np.float32)
+    self._dataset = (grain.MapDataset.range(self.num_examples)
+                     .shuffle(seed=seed)
+                     .repeat(None)
+                     .batch(batch_size, drop_remainder=True)
+                     .map(lambda idx: _gather(self.arrays, np.asarray(idx)[rows], ones)))
+    self._iter = iter(self._dataset.to_iter_dataset())
+
+  def __iter__(self) -> Iterator[dict]:
+    return self
+
+  def __next__(self) -> dict:
+    return next(self._iter)
+
+  def get_state(self) -> dict:
+    return dict(self._iter.get_state())
+
+  def set_state(self, state: Mapping) -> None:
+    self._iter.set_state(dict(state))
+
+  def epoch(self, batches_consumed: int) -> float:
+    return batches_consumed * self.batch_size / self.num_examples
+
+
+def eval_batches(arrays: Mapping[str, np.ndarray], batch_size: int, *, process_index: int = 0,
+                 process_count: int = 1) -> Iterator[dict]:
+  """In-order batches of this process's rows; the last global batch is padded, its padding
+  rows have ``example_mask`` 0."""
+  n = len(next(iter(arrays.values())))
+  rows = _local_rows(batch_size, process_index, process_count)
+  for start in range(0, n, batch_size):
+    idx = np.arange(start, min(start + batch_size, n))
+    mask = np.ones(batch_size, np.float32)
+    mask[len(idx):] = 0.0
+    idx = np.concatenate([idx, np.full(batch_size - len(idx), idx[0])])
+    yield _gather(arrays, idx[rows], mask[rows])

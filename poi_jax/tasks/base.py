@@ -1,0 +1,86 @@
+"""The Task seam (DESIGN.md): everything task-specific the engine needs, behind one interface.
+
+A Task reads records, turns them into fixed-shape features, builds the model, decodes the model's
+outputs to predictions and scores them. The engine (`poi_jax.train`) knows only this interface
+and the arrays' shapes, so a new system (NQ, QOPN, DASSA) is a reader, a featurizer, a model, a
+config and a module in `poi_jax.tasks`: no change in `poi_jax.train`.
+
+Contract of the model ``build_model`` returns (an ``nnx.Module``):
+
+* ``model(batch, deterministic=...) -> dict[str, Array]``: ``batch`` holds the feature arrays named
+  in ``model_keys`` (leading axis = batch) plus ``example_mask`` ``(B,)`` float {0,1} (0 on rows
+  that only pad the last batch); dropout keys come from RNG state inside the model
+  (``nnx.Rngs``), so checkpoints carry them.
+* ``model.loss(batch, outputs) -> scalar``: rows with ``example_mask`` 0 must not count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping
+
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from poi_jax.data.features.extractive import Features
+
+Config = ml_collections.ConfigDict
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One reading-comprehension task.
+
+  Attributes:
+    name: the config's ``task`` value.
+    metric: key of ``evaluate``'s result that selects the best checkpoint.
+    read: ``(config, split) -> records`` with ``split`` in {"train", "eval", "predict"} (files
+      ``data.train_file``, ``data.eval_file``, ``data.predict_file``; "predict" need not have
+      answers); validates the input and raises a clear error (file, record, field) before any
+      compute.
+    featurize: ``(records, tokenizer, config, is_training) -> Features`` (``arrays``: dict of
+      ``(N, ...)`` numpy arrays, ``meta``: whatever ``evaluate`` needs).
+    build_model: ``(config, rngs) -> nnx.Module`` with random weights (see the module docstring).
+    load_pretrained: ``(model, checkpoint) -> report``: loads ``model.init_from`` into the model.
+    evaluate: ``(config, records, features, outputs, workdir) -> dict of scores``; writes the
+      predictions into ``workdir`` atomically. ``outputs``: the model's outputs over all features,
+      as numpy arrays with leading axis N.
+    model_keys: the feature arrays the model reads (others stay on the host).
+    export_pretrained: ``(model, directory, tokenizer) -> None`` or None: the fine-tuned encoder
+      as a HuggingFace directory.
+    higher_is_better: for ``metric``.
+  """
+  name: str
+  metric: str
+  read: Callable[[Config, str], list]
+  featurize: Callable[..., Features]
+  build_model: Callable[[Config, nnx.Rngs], nnx.Module]
+  evaluate: Callable[..., dict]
+  model_keys: tuple[str, ...]
+  load_pretrained: Callable[[nnx.Module, str], Any] | None = None
+  export_pretrained: Callable[..., None] | None = None
+  higher_is_better: bool = True
+
+  def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in arrays.items() if k in self.model_keys}
+
+
+def local_path(config: Config, split: str) -> str:
+  """``data.<split>_file`` as a local path; a TFDS/hub source without network is a clear error."""
+  path = getattr(config.data, f"{split}_file")
+  if split == "predict" and not path:
+    path, split = config.data.eval_file, "eval"
+  if path.startswith("tfds:") or not path:
+    raise FileNotFoundError(
+        f"data.{split}_file={path!r} is a TensorFlow Datasets source, which needs network and "
+        f"`pip install -e \".[tfds]\"`; pass a local file instead, e.g. "
+        f"--config.data.{split}_file=../shared/data/squad2/squad2-dev-subset.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"data.{split}_file={path!r} does not exist")
+  return path
+
+
+def cap(records: list, n: int | None) -> list:
+  """The first ``n`` records (``n`` None or negative: all)."""
+  return records if n is None or n < 0 else records[:n]

@@ -1,0 +1,71 @@
+"""RACE and DREAM (multiple choice): POI-Net, DUMA or the plain encoder; accuracy (RACE: also per
+level)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from poi_jax.data import readers
+from poi_jax.data.features.multiple_choice import build_choice_features
+from poi_jax.eval import choice, spans
+from poi_jax.models import build
+from poi_jax.tasks import base
+from poi_jax.tasks import squad as squad_task
+
+MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start",
+              "con_end", "p_end", "q_start", "q_end", "labels")
+
+
+def _read_race(config, split):
+  return readers.read_race(base.local_path(config, split), config.data.race_level)
+
+
+def _read_dream(config, split):
+  return readers.read_dream(base.local_path(config, split))
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  del is_training  # every option of every question, in both splits
+  return build_choice_features(records, tokenizer, max_seq_length=config.data.max_seq_length,
+                               with_pos=config.model.pos_embedding)
+
+
+def build_model(config, rngs):
+  from poi_jax.models import poi_net
+  m = config.model
+  enc_cfg = build.encoder_config(config)
+  cls = poi_net.PoiNetForMultipleChoice
+  if m.head == "poi":
+    return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
+               strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
+               pos_embedding=m.pos_embedding, rngs=rngs)
+  if m.head == "none":
+    return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
+  if m.head == "duma":
+    from poi_jax.models import duma
+    d = m.duma
+    return duma.DumaForMultipleChoice(
+        enc_cfg, variant=d.variant, num_layers=d.num_layers, share_layers=d.share_layers,
+        num_heads=d.num_heads, fuse=d.fuse, direction=d.direction, block=d.block,
+        pos_embedding=m.pos_embedding, rngs=rngs)
+  raise ValueError(f"unknown model.head={m.head!r} for task {config.task!r} "
+                   f"(known: poi, duma, none)")
+
+
+def evaluate(config, records, features, outputs, workdir):
+  del config, records
+  logits = np.asarray(outputs["logits"])
+  preds = {qid: int(p) for qid, p in zip(features.meta["ids"], logits.argmax(-1))}
+  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  return choice.choice_accuracy(logits, features.arrays["labels"], features.meta["levels"])
+
+
+def _task(name, read):
+  return base.Task(name=name, metric="accuracy", read=read, featurize=featurize,
+                   build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
+                   load_pretrained=squad_task.load_pretrained,
+                   export_pretrained=squad_task.export_pretrained)
+
+
+TASKS = {"race": _task("race", _read_race), "dream": _task("dream", _read_dream)}

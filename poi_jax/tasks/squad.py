@@ -1,0 +1,93 @@
+"""SQuAD 1.1 / 2.0 (extractive): POI-Net or the plain encoder, official SQuAD metrics."""
+from __future__ import annotations
+
+import json
+import os
+
+from poi_jax.data import readers
+from poi_jax.data.features.extractive import build_extractive_features
+from poi_jax.eval import spans, squad
+from poi_jax.models import build
+from poi_jax.tasks import base
+
+MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start",
+              "con_end", "start_positions", "end_positions")
+
+
+def read(config, split):
+  return readers.read_squad(base.local_path(config, split), require_answers=split != "predict")
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  d = config.data
+  return build_extractive_features(records, tokenizer, max_seq_length=d.max_seq_length,
+                                   doc_stride=d.doc_stride, max_query_length=d.max_query_length,
+                                   is_training=is_training, with_pos=config.model.pos_embedding)
+
+
+def build_model(config, rngs):
+  from poi_jax.models import poi_net
+  m = config.model
+  enc_cfg = build.encoder_config(config)
+  cls = poi_net.PoiNetForQuestionAnswering
+  if m.head == "poi":
+    return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
+               strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
+               pos_embedding=m.pos_embedding, rngs=rngs)
+  if m.head == "none":
+    return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
+  raise ValueError(f"model.head={m.head!r} is not an extractive head for task {config.task!r} "
+                   f"(known: poi, none)")
+
+
+def load_pretrained(model, checkpoint):
+  from poi_jax.models import poi_net
+  return poi_net.load_pretrained_into(model, checkpoint)
+
+
+def export_pretrained(model, directory, tokenizer=None):
+  from poi_jax.models import encoders
+  encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer,
+                             extra_tensors=model.export_tensors())
+
+
+def restrict(dataset: list, qids: set) -> list:
+  """The SQuAD ``data`` list with only the questions in ``qids`` (an evaluation on a subset must
+  not count the others as missing: the official v2 script counts them as NoAns)."""
+  out = []
+  for article in dataset:
+    paras = [dict(p, qas=[qa for qa in p["qas"] if qa["id"] in qids])
+             for p in article["paragraphs"]]
+    out.append(dict(article, paragraphs=[p for p in paras if p["qas"]]))
+  return out
+
+
+def _evaluate(version_2: bool):
+  def evaluate(config, records, features, outputs, workdir):
+    e = config.eval
+    preds, nbest, odds = spans.decode_squad(
+        records, features, outputs["start_logits"], outputs["end_logits"],
+        n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,
+        version_2_with_negative=version_2,
+        null_score_diff_threshold=e.null_score_diff_threshold)
+    spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+    spans.write_json_atomic(os.path.join(workdir, "nbest_predictions.json"), nbest)
+    if not config.data.eval_file or not os.path.exists(config.data.eval_file):
+      return {}  # predict mode on a file without answers
+    with open(config.data.eval_file) as f:
+      dataset = restrict(json.load(f)["data"], {r.qid for r in records})
+    if version_2:
+      spans.write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
+      return squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
+    return squad.squad_v1_evaluate(dataset, preds)
+  return evaluate
+
+
+def _task(name, version_2):
+  return base.Task(name=name, metric="f1", read=read, featurize=featurize,
+                   build_model=build_model, evaluate=_evaluate(version_2),
+                   model_keys=MODEL_KEYS, load_pretrained=load_pretrained,
+                   export_pretrained=export_pretrained)
+
+
+TASKS = {"squad1": _task("squad1", False), "squad2": _task("squad2", True)}

@@ -1,0 +1,156 @@
+"""Checkpoints with orbax: save every N steps, at the end and on preemption (SIGTERM); keep the
+last k and the best by the eval metric; resume with the same parameters, optimizer state, RNG
+state and data position; export the best to a HuggingFace directory.
+
+Layout of ``<workdir>/checkpoints/<step>/``: ``state`` (the ``nnx.state`` of model and optimizer
+as a pure dict; PRNG keys stored as their raw ``uint32`` data) and ``meta`` (JSON: step, loader
+state, model signature). orbax writes each step to a temporary directory and renames it when it is
+complete, so a crash never leaves a half-written checkpoint that a resume would pick up.
+``<workdir>/model_signature.json`` records which model the workdir belongs to: a run with another
+model in the same workdir is refused before anything is compiled.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from poi_jax.eval.spans import write_json_atomic
+
+
+class WorkdirError(ValueError):
+  """The workdir holds checkpoints of another model."""
+
+
+def model_signature(config, state: nnx.State) -> dict:
+  """What identifies a model: task, head and the tree of parameter names, shapes and dtypes."""
+  shapes = {jax.tree_util.keystr(p): [list(np.shape(x)), str(x.dtype)]
+            for p, x in jax.tree_util.tree_leaves_with_path(state)}
+  digest = hashlib.sha256(json.dumps(shapes, sort_keys=True).encode()).hexdigest()[:16]
+  return {"task": config.task, "head": config.model.head, "num_arrays": len(shapes),
+          "params_sha": digest}
+
+
+def check_workdir(workdir: str, signature: dict) -> None:
+  """Writes the signature on first use; raises `WorkdirError` when it differs from the stored one
+  and the workdir has checkpoints."""
+  path = os.path.join(workdir, "model_signature.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    has_ckpt = bool(ocp.utils.checkpoint_steps(os.path.join(workdir, "checkpoints"))) \
+        if os.path.isdir(os.path.join(workdir, "checkpoints")) else False
+    if stored != signature and has_ckpt:
+      raise WorkdirError(
+          f"{workdir} holds checkpoints of another model ({stored}); this config builds "
+          f"{signature}. Use another --workdir, or delete {workdir}/checkpoints to start over")
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    write_json_atomic(path, signature)
+
+
+def _is_key(x) -> bool:
+  return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_storable(tree):
+  return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+class Checkpointer:
+  """An orbax `CheckpointManager` over ``<workdir>/checkpoints`` for one ``nnx.State``.
+
+  Args:
+    workdir: the run directory.
+    keep: how many of the latest checkpoints to keep.
+    best_metric: the eval metric (key of the metrics passed to `save`) whose best checkpoint is
+      kept as well; empty: none.
+    higher_is_better: for ``best_metric``.
+  """
+
+  def __init__(self, workdir: str, *, keep: int, best_metric: str = "",
+               higher_is_better: bool = True):
+    policies = [ocp.checkpoint_managers.LatestN(n=max(keep, 1))]
+    if best_metric:
+      policies.append(ocp.checkpoint_managers.BestN(
+          get_metric_fn=lambda m: m[best_metric], reverse=not higher_is_better, n=1,
+          keep_checkpoints_without_metrics=False))
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
+        enable_async_checkpointing=False, create=True)
+    self.best_metric = best_metric
+    self.higher_is_better = higher_is_better
+    self.manager = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")),
+                                         options=options, item_names=("state", "meta"))
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def best_step(self) -> int | None:
+    return self.manager.best_step() if self.best_metric else None
+
+  def save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None = None) -> None:
+    if step in self.manager.all_steps():
+      return
+    pure = _to_storable(state.to_pure_dict())
+    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(pure),
+                                                    meta=ocp.args.JsonSave(meta)),
+                      metrics=metrics, force=True)
+    self.manager.wait_until_finished()
+
+  def restore(self, step: int, state: nnx.State) -> tuple[nnx.State, dict]:
+    """``state`` with the values of ``step`` (same shardings as ``state``), and its meta."""
+    template = state.to_pure_dict()
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(jax.random.key_data(x)) if _is_key(x)
+                                       else np.shape(x),
+                                       jnp.uint32 if _is_key(x) else x.dtype,
+                                       sharding=getattr(x, "sharding", None)),
+        template)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    restored = jax.tree.map(
+        lambda t, r: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t)
+        else r, template, out.state)
+    new = jax.tree.map(lambda x: x, state)  # a copy to fill in
+    nnx.replace_by_pure_dict(new, restored)
+    return new, dict(out.meta)
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+
+class PreemptionWatcher:
+  """Turns SIGTERM (what TPU/GPU schedulers send before preempting) into a flag that the training
+  loop polls between steps, so the run saves a checkpoint and exits cleanly."""
+
+  def __init__(self):
+    self._event = threading.Event()
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, lambda *_: self._event.set())
+    return self
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def requested(self) -> bool:
+    """True when any process got SIGTERM (all processes agree, so they save the same step)."""
+    flag = self._event.is_set()
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      flag = bool(np.any(multihost_utils.process_allgather(np.asarray([flag]))))
+    return flag

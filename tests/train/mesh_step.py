@@ -1,0 +1,65 @@
+"""One training step of the tiny SQuAD model on a given mesh; run as a script by
+`test_sharding.py` in a subprocess with simulated CPU devices.
+
+  python tests/train/mesh_step.py DATA FSDP TENSOR OUT.npz
+"""
+import os
+import sys
+
+import numpy as np
+
+
+def main(data, fsdp, tensor, out_path):
+  import jax
+  from flax import nnx
+
+  from configs import squad2
+  from poi_jax import tasks
+  from poi_jax.train import loop, optim
+
+  config = squad2.get_config("tiny")
+  with config.unlocked():
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = data, fsdp, tensor
+    config.train.batch_size = 8
+    config.model.encoder.hidden_size = 64
+    config.model.encoder.num_attention_heads = 4
+  from poi_jax.train import mesh as mesh_lib
+  mesh = mesh_lib.make_mesh(config.mesh)
+  model = tasks.build_model(config, nnx.Rngs(0))
+  tx, _ = optim.make_optimizer(config.optim, 10)
+  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  rng = np.random.default_rng(0)
+  b, l = 8, 32
+  batch = {
+      "input_ids": rng.integers(1, 1000, (b, l)).astype(np.int32),
+      "attention_mask": np.ones((b, l), np.int32),
+      "token_type_ids": np.concatenate([np.zeros((b, 10)), np.ones((b, l - 10))], 1)
+                          .astype(np.int32),
+      "pos_tags": rng.integers(1, 39, (b, l)).astype(np.int32),
+      "con_start": np.full((b,), 9, np.int32),
+      "con_end": np.full((b,), l - 1, np.int32),
+      "start_positions": rng.integers(10, l - 1, (b,)).astype(np.int32),
+      "end_positions": rng.integers(10, l - 1, (b,)).astype(np.int32),
+      "example_mask": np.ones((b,), np.float32),
+  }
+  batch["end_positions"] = np.maximum(batch["start_positions"], batch["end_positions"])
+  with jax.set_mesh(mesh):
+    run = loop.create_run(model, optimizer, mesh, config.mesh.rules,
+                          {k: v.ndim for k, v in batch.items() if k != "example_mask"})
+    run.state, out = run.train_step(run.state, loop._global_batch(batch, mesh))
+  params = {}
+  specs = {}
+  for path, x in jax.tree_util.tree_leaves_with_path(run.state):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      continue
+    name = jax.tree_util.keystr(path)
+    params[name] = np.asarray(x)
+    specs[name] = str(tuple(x.sharding.spec))
+  np.savez(out_path, loss=np.asarray(out["loss"]), names=np.array(sorted(params)),
+           specs=np.array([specs[k] for k in sorted(params)]),
+           **{f"p{i}": params[k] for i, k in enumerate(sorted(params))})
+
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
