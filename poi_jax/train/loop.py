@@ -81,6 +81,20 @@ def _global_batch(local: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
           for k, v in local.items()}
 
 
+def _place(tree, shardings):
+  """Host values -> global arrays with ``shardings``. Every process holds the same values (same
+  seed, same checkpoint), and each materialises only its own shards, which also works when the
+  mesh spans processes (where `jax.device_put` cannot target other hosts' devices)."""
+  def one(x, sharding):
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      data = np.asarray(jax.random.key_data(x))
+      arr = jax.make_array_from_callback(data.shape, sharding, lambda i: data[i])
+      return jax.random.wrap_key_data(arr, impl=jax.random.key_impl(x))
+    value = np.asarray(x)
+    return jax.make_array_from_callback(value.shape, sharding, lambda i: value[i])
+  return jax.tree.map(one, tree, shardings)
+
+
 def _to_host(tree):
   """Global arrays -> numpy on every process (gathers across processes when there are several).
   PRNG key arrays (replicated RNG state) stay JAX arrays: this process's copy."""
@@ -112,7 +126,7 @@ def create_run(model: nnx.Module, optimizer: nnx.Optimizer, mesh, rules,
   (``example_mask`` is added)."""
   graphdef, state = nnx.split((model, optimizer))
   shardings = mesh_lib.state_shardings(state, mesh, rules)
-  run = _Run(graphdef, jax.device_put(state, shardings), shardings, mesh)
+  run = _Run(graphdef, _place(state, shardings), shardings, mesh)
   _make_steps(run, dict(batch_ndims, example_mask=1))
   return run
 

@@ -52,3 +52,48 @@ def test_tfds_source_offline_is_one_clear_line(tmp_path):
   assert r.returncode == 1
   last = r.stderr.strip().splitlines()[-1]
   assert last.startswith("error: data.train_file='tfds:squad/v2.0:train'") and "local" in last
+
+
+def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
+  """One tiny run, then in the same workdir: eval restores the best checkpoint and reproduces
+  the end-of-training scores; predict on a copy without answers writes the same predictions; the
+  exported encoder loads in transformers; a different model is refused before compiling."""
+  squad = data_dir / "squad2" / "squad2-dev-subset.json"
+  common = [f"--config.data.train_file={squad}", f"--config.data.eval_file={squad}",
+            "--config.data.max_train_examples=64", "--config.data.max_eval_examples=40",
+            "--config.train.max_steps=6", "--config.train.save_every=2",
+            "--config.train.keep_checkpoints=2"]
+  r = _main(tmp_path, "configs/squad2.py:tiny", *common)
+  assert r.returncode == 0, r.stderr[-3000:]
+  trained = json.loads((tmp_path / "eval_results.json").read_text())
+  preds = json.loads((tmp_path / "predictions.json").read_text())
+  steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps == [4, 6]  # the last 2 (the best, 6, is among them)
+
+  r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=eval")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "evaluating checkpoint 6" in r.stdout
+  again = json.loads((tmp_path / "eval_results.json").read_text())
+  assert again["f1"] == pytest.approx(trained["f1"], abs=1e-9)
+
+  data = json.loads(squad.read_text())
+  for article in data["data"]:
+    for para in article["paragraphs"]:
+      for qa in para["qas"]:
+        qa.pop("answers", None), qa.pop("plausible_answers", None), qa.pop("is_impossible", None)
+  unlabelled = tmp_path / "unlabelled.json"
+  unlabelled.write_text(json.dumps(data))
+  (tmp_path / "predictions.json").unlink()
+  r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=predict",
+            f"--config.data.predict_file={unlabelled}")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert json.loads((tmp_path / "predictions.json").read_text()) == preds
+
+  transformers = pytest.importorskip("transformers", reason="test extra: transformers (torch)")
+  exported = transformers.AutoModel.from_pretrained(tmp_path / "export")
+  assert exported.config.hidden_size == 64
+
+  r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--config.model.head=none")
+  assert r.returncode == 1
+  assert "holds checkpoints of another model" in r.stderr
+  assert "train:" not in r.stderr  # refused before the training loop started

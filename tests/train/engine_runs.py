@@ -1,0 +1,44 @@
+"""Helpers for the engine tests that run `poi_jax.main` in subprocesses."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT.parent / "shared" / "data"
+SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
+
+
+def tiny_args(workdir, *extra):
+  return ["--config=configs/squad2.py:tiny", f"--workdir={workdir}",
+          f"--config.data.train_file={SQUAD}", f"--config.data.eval_file={SQUAD}",
+          "--config.data.max_train_examples=64", "--config.data.max_eval_examples=40",
+          "--config.train.log_every=1", *extra]
+
+
+def env(devices: int = 1) -> dict:
+  return dict(os.environ, JAX_PLATFORMS="cpu", NLTK_DATA=str(DATA / "nltk_data"),
+              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+              PYTHONPATH=str(ROOT))
+
+
+def main_cmd(*args):
+  return [sys.executable, "-m", "poi_jax.main", *args]
+
+
+def run_main(*args, devices: int = 1, timeout: int = 600) -> subprocess.CompletedProcess:
+  return subprocess.run(main_cmd(*args), cwd=ROOT, env=env(devices), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def losses(workdir) -> dict[int, float]:
+  """step -> training loss from metrics.jsonl (the last record of a step wins: a resumed run
+  appends)."""
+  out = {}
+  with open(pathlib.Path(workdir) / "metrics.jsonl") as f:
+    for line in f:
+      rec = json.loads(line)
+      if "loss" in rec:
+        out[rec["step"]] = rec["loss"]
+  return out
