@@ -41,3 +41,25 @@ def test_dry_run_prints_one_command_per_process(tmp_path):
   assert [f"--process_id={i}" in l for i, l in enumerate(lines)] == [True] * 3
   assert all("--num_processes=3" in l for l in lines)
   assert not (tmp_path / "proc0.log").exists()  # nothing was started
+
+
+def test_cluster_launchers_dry_run():
+  env = er.env(1)
+  env.update(NODES="2", GPUS_PER_NODE="4", TPU_NAME="pod", ZONE="zone-a")
+  slurm = subprocess.run(["bash", "launch/slurm_gpu.sh", "--dry-run", "--",
+                          "--config=configs/squad2.py", "--workdir=/runs/a"],
+                         cwd=er.ROOT, env=env, capture_output=True, text=True, timeout=60)
+  assert slurm.returncode == 0, slurm.stderr
+  assert slurm.stdout.startswith("srun --nodes=2 --ntasks-per-node=4 --gpus-per-task=1")
+  assert "poi_jax.main --distributed=auto --config=configs/squad2.py --workdir=/runs/a" \
+      in slurm.stdout
+  tpu = subprocess.run(["bash", "launch/tpu_vm.sh", "--dry-run", "--",
+                        "--config=configs/squad2.py", "--workdir=/mnt/gcs/a"],
+                       cwd=er.ROOT, env=env, capture_output=True, text=True, timeout=60)
+  assert tpu.returncode == 0, tpu.stderr
+  assert "gcloud compute tpus tpu-vm ssh pod --zone=zone-a --worker=all" in tpu.stdout
+  assert "--distributed=auto" in tpu.stdout
+  env.pop("TPU_NAME")
+  missing = subprocess.run(["bash", "launch/tpu_vm.sh", "--dry-run"], cwd=er.ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+  assert missing.returncode != 0 and "TPU_NAME" in missing.stderr

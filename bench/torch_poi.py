@@ -1,0 +1,64 @@
+"""POI-Net for extractive QA in PyTorch eager, for `bench/train_step.py` only (never imported by
+poi_jax): transformers' BertModel with a POS table added to the input embeddings, the paper's
+iterative co-attention (forgetting integration) batched over rows with domain masks, and a
+Linear(D, 2) span head with transformers' QA loss."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _masked_max(x, mask, dim):
+  return x.masked_fill(mask == 0, float("-inf")).amax(dim=dim)
+
+
+def _minmax(s, mask):
+  lo = s.masked_fill(mask == 0, float("inf")).amin(-1, keepdim=True)
+  hi = s.masked_fill(mask == 0, float("-inf")).amax(-1, keepdim=True)
+  d = hi - lo
+  out = torch.where(d > 0, (s - lo) / torch.where(d > 0, d, torch.ones_like(d)),
+                    torch.ones_like(s))
+  return out * mask
+
+
+def coattention(e, con_start, con_end, turns=3):
+  """e (B, L, D); con_start/con_end (B,) -> R (B, L, D) (forgetting integration)."""
+  b, l, _ = e.shape
+  pos = torch.arange(l)[None]
+  m_q = (pos < con_start[:, None]).float()
+  m_p = ((pos >= con_start[:, None]) & (pos <= con_end[:, None])).float()
+  s_hat = m_q + m_p
+  max_p = max_q = torch.ones(b)
+  forget = None
+  for t in range(turns):
+    w = e * s_hat[..., None]
+    ce_q = _masked_max(w, m_q[..., None], 1)
+    ce_p = _masked_max(w, m_p[..., None], 1)
+    s = F.cosine_similarity(e, ce_q[:, None], dim=-1) * m_p + \
+        F.cosine_similarity(e, ce_p[:, None], dim=-1) * m_q
+    s_hat = _minmax(s, m_p) + _minmax(s, m_q)
+    beta = m_p * ((max_q + 1) / 2)[:, None] + m_q * ((max_p + 1) / 2)[:, None]
+    forget = s_hat if t == 0 else (forget + beta * s_hat) / (1 + beta)
+    max_p, max_q = _masked_max(s, m_p, -1), _masked_max(s, m_q, -1)
+  r = forget * (m_q + m_p)
+  return e * r[..., None]
+
+
+class PoiNetQA(nn.Module):
+
+  def __init__(self, bert_config):
+    super().__init__()
+    from transformers import BertModel
+    self.bert = BertModel(bert_config, add_pooling_layer=False)
+    self.pos = nn.Embedding(40, bert_config.hidden_size)
+    self.qa_outputs = nn.Linear(bert_config.hidden_size, 2)
+
+  def forward(self, batch):
+    emb = self.bert.embeddings.word_embeddings(batch["input_ids"]) + self.pos(batch["pos_tags"])
+    h = self.bert(inputs_embeds=emb, attention_mask=batch["attention_mask"],
+                  token_type_ids=batch["token_type_ids"]).last_hidden_state
+    r = coattention(h, batch["con_start"], batch["con_end"])
+    start, end = self.qa_outputs(r).unbind(-1)
+    return (F.cross_entropy(start, batch["start_positions"]) +
+            F.cross_entropy(end, batch["end_positions"])) / 2
