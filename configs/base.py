@@ -81,6 +81,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.optim = ml_collections.ConfigDict()
   c.optim.lr = 1e-5
   c.optim.warmup_ratio = 0.1
+  c.optim.warmup_steps = -1  # >= 0: a fixed number of warmup steps instead of warmup_ratio
   c.optim.weight_decay = 0.01
   c.optim.b1 = 0.9
   c.optim.b2 = 0.999

@@ -83,3 +83,14 @@ def test_duma_head_count_is_printed(tmp_path):
   assert r.returncode == 0, r.stderr
   d = 64
   assert f"{4 * (d * d + d) + 2 * d + 1:,} parameters over the encoder" in r.stdout
+
+
+@pytest.mark.parametrize("task,warmup,epochs", [("dream", 100, 2.0), ("race", 1000, 3.0)])
+def test_duma_paper_variant_has_the_duma_papers_settings(task, warmup, epochs):
+  import importlib
+  c = importlib.import_module(f"configs.{task}").get_config("duma")
+  # DUMA paper, Experimental Settings: ALBERT-xxlarge, k = 2 shared layers, lr 1e-5, batch 8.
+  assert c.model.head == "duma" and c.model.init_from == "albert/albert-xxlarge-v2"
+  assert c.model.duma.num_layers == 2 and c.model.duma.share_layers
+  assert c.optim.lr == 1e-5 and c.train.batch_size == 8
+  assert c.optim.warmup_steps == warmup and c.train.epochs == epochs

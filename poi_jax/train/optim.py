@@ -18,8 +18,12 @@ def decay_mask(params: nnx.State):
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
-def learning_rate_schedule(lr: float, total_steps: int, warmup_ratio: float):
-  warmup = max(int(total_steps * warmup_ratio), 0)
+def learning_rate_schedule(lr: float, total_steps: int, warmup_ratio: float,
+                           warmup_steps: int = -1):
+  """Linear warmup to ``lr`` over ``warmup_steps`` (< 0: ``warmup_ratio`` of the total), then
+  linear decay to 0 at ``total_steps``."""
+  warmup = warmup_steps if warmup_steps >= 0 else max(int(total_steps * warmup_ratio), 0)
+  warmup = min(warmup, total_steps)
   return optax.join_schedules(
       [optax.linear_schedule(0.0, lr, max(warmup, 1)),
        optax.linear_schedule(lr, 0.0, max(total_steps - warmup, 1))], [warmup])
@@ -27,7 +31,8 @@ def learning_rate_schedule(lr: float, total_steps: int, warmup_ratio: float):
 
 def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  schedule = learning_rate_schedule(optim.lr, total_steps, optim.warmup_ratio)
+  schedule = learning_rate_schedule(optim.lr, total_steps, optim.warmup_ratio,
+                                    optim.get("warmup_steps", -1))
   tx = optax.chain(
       optax.clip_by_global_norm(optim.grad_clip) if optim.grad_clip > 0 else optax.identity(),
       optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,

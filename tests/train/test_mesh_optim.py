@@ -46,3 +46,9 @@ def test_schedule_warms_up_then_decays_to_zero():
   s = optim.learning_rate_schedule(1e-3, total_steps=100, warmup_ratio=0.1)
   assert float(s(0)) == 0.0 and float(s(10)) == pytest.approx(1e-3)
   assert float(s(55)) == pytest.approx(0.5e-3) and float(s(100)) == pytest.approx(0.0)
+
+
+def test_fixed_warmup_steps_override_the_ratio():
+  s = optim.learning_rate_schedule(1e-5, total_steps=1000, warmup_ratio=0.1, warmup_steps=100)
+  assert float(s(50)) == pytest.approx(0.5e-5) and float(s(100)) == pytest.approx(1e-5)
+  assert float(s(550)) == pytest.approx(0.5e-5)
