@@ -5,7 +5,13 @@ Variants are picked with ``--config=configs/<task>.py:<variant>`` and single fie
 ``--config.optim.lr=2e-5``. The returned config is locked: an override naming a key that does not
 exist is an error, never silently ignored.
 """
+import os
+
 import ml_collections
+
+# ../shared/data beside the repository: the offline data the `tiny` variants default to.
+SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                            "..", "shared", "data"))
 
 # A small random encoder that runs offline on a CPU in a few minutes.
 TINY_ENCODER = dict(
@@ -151,6 +157,18 @@ def apply_minilm(c: ml_collections.ConfigDict) -> None:
   c.train.batch_size = 16
   c.optim.lr = 5e-5
   c.optim.weight_decay = 0.01
+
+
+def use_shared_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, max_train: int,
+                    max_eval: int) -> None:
+  """Points a ``tiny`` config at files of ../shared/data (when that directory exists), capped so
+  that train + eval take a minute or two on a CPU."""
+  if not os.path.isdir(SHARED_DATA):
+    return
+  c.data.train_file = os.path.join(SHARED_DATA, train)
+  c.data.eval_file = os.path.join(SHARED_DATA, eval_)
+  c.data.max_train_examples = max_train
+  c.data.max_eval_examples = max_eval
 
 
 def apply_variant(c: ml_collections.ConfigDict, arg) -> None:

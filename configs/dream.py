@@ -19,6 +19,8 @@ def get_config(arg=None):
     apply_duma_paper(c)
     arg = None
   base.apply_variant(c, arg)
+  if arg == "tiny":  # offline end to end on ../shared/data
+    base.use_shared_data(c, "dream/train.json", "dream/dev.json", max_train=64, max_eval=32)
   c.lock()
   return c
 
