@@ -33,20 +33,25 @@ def test_minilm_poi_net_squad2_beats_all_no_answer(tmp_path, data_dir):
              f"--config.data.train_file={tmp_path / 'train.json'}",
              f"--config.data.eval_file={tmp_path / 'eval.json'}",
              "--config.train.epochs=2", "--config.train.max_steps=-1",
-             "--config.data.max_seq_length=256", "--config.optim.lr=1e-4")
+             "--config.data.max_seq_length=192", "--config.data.doc_stride=64",
+             "--config.data.max_query_length=48", "--config.optim.lr=2e-4",
+             "--config.train.eval_every=100000")
   baseline = 100.0 * res["NoAns_total"] / res["total"]
   print("squad2 minilm:", res, "all-no-answer baseline F1:", baseline)
   assert res["f1"] > baseline + 5.0
 
 
-def test_minilm_poi_net_dream_beats_majority(tmp_path, data_dir):
+@pytest.mark.parametrize("head", ["poi", "duma"])
+def test_minilm_dream_beats_majority(tmp_path, data_dir, head):
+  """POI-Net and DUMA on the same run settings: 1600 training questions, 2 epochs."""
   dev = json.loads((data_dir / "dream" / "dev.json").read_text())
   labels = [q["choice"].index(q["answer"]) for d in dev for q in d[1]]
   majority = 100.0 * Counter(labels).most_common(1)[0][1] / len(labels)
-  res = _run(tmp_path / "run", "configs/dream.py:minilm",
+  res = _run(tmp_path / "run", "configs/dream.py:minilm", f"--config.model.head={head}",
              f"--config.data.train_file={data_dir / 'dream' / 'train.json'}",
              f"--config.data.eval_file={data_dir / 'dream' / 'dev.json'}",
-             "--config.train.epochs=2", "--config.data.max_seq_length=192",
-             "--config.optim.lr=5e-5")
-  print("dream minilm:", res, "majority:", majority)
+             "--config.data.max_train_examples=1600", "--config.train.epochs=2",
+             "--config.data.max_seq_length=192", "--config.optim.lr=1e-4",
+             "--config.train.eval_every=100000")
+  print(f"dream minilm {head}:", res, "majority:", majority)
   assert res["accuracy"] > majority + 5.0
