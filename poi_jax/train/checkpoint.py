@@ -84,8 +84,12 @@ class Checkpointer:
       policies.append(ocp.checkpoint_managers.BestN(
           get_metric_fn=lambda m: m[best_metric], reverse=not higher_is_better, n=1,
           keep_checkpoints_without_metrics=False))
+    # `preservation_policy` decides what is kept; `best_fn` only makes orbax write each step's
+    # metrics next to it (read back by `best_step`, also after a restart).
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
+        best_fn=(lambda m: m[best_metric]) if best_metric else None,
+        best_mode="max" if higher_is_better else "min",
         enable_async_checkpointing=False, create=True)
     self.best_metric = best_metric
     self.higher_is_better = higher_is_better
@@ -96,7 +100,20 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def best_step(self) -> int | None:
-    return self.manager.best_step() if self.best_metric else None
+    """The kept step with the best ``best_metric`` (None: no kept step has one; ties: the later
+    step). orbax's own ``best_step`` falls back to a step without metrics."""
+    if not self.best_metric:
+      return None
+    scored = []
+    for step in self.manager.all_steps():
+      m = self.manager.metrics(step)
+      if m and self.best_metric in m:
+        scored.append((float(m[self.best_metric]), step))
+    if not scored:
+      return None
+    pick = max if self.higher_is_better else min
+    return pick(scored, key=lambda x: (x[0], x[1]) if self.higher_is_better
+                else (x[0], -x[1]))[1]
 
   def save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None = None) -> None:
     if step in self.manager.all_steps():

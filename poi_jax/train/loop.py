@@ -331,8 +331,10 @@ def _train(run, task, config, workdir, features, eval_records, eval_features, to
         results = _evaluate(run, task, config, eval_records, eval_features, workdir, step=step,
                             writer=writer, checkpointer=checkpointer, meta_fn=meta)
         evaluated = True
-      if not evaluated and (step % config.train.save_every == 0 or step == micro_total):
-        checkpointer.save(step, run.state, meta())
+      final_eval = step == micro_total and evaluate_at_end and eval_features is not None
+      if not evaluated and not final_eval and (step % config.train.save_every == 0
+                                               or step == micro_total):
+        checkpointer.save(step, run.state, meta())  # (the final eval saves with its metrics)
       if watcher.requested():
         checkpointer.save(step, run.state, meta())
         bar.close()
