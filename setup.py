@@ -8,6 +8,8 @@ setup(
     "with parity to the PyTorch originals.",
     python_requires=">=3.11",
     packages=find_packages(include=["poi_jax", "poi_jax.*"]),
+    # DASSA's explicit discourse connective lexicon.
+    package_data={"poi_jax.data.features": ["pdtb_connectives.txt"]},
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",
@@ -32,6 +34,7 @@ setup(
             "pytest-timeout",
             "hypothesis",
             "torch==2.13.0",
+            "pycocoevalcap",  # reference Rouge-L / BLEU for DASSA's NarrativeQA metrics
         ],
         "tfds": ["tensorflow-datasets"],
     },

@@ -56,21 +56,27 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def describe(config, workdir: str) -> int:
-  """Writes the resolved config, prints it and the model's parameter count; returns the count."""
+  """Writes the resolved config, prints it and the model's parameter count (for models on a
+  pretrained encoder: the encoder's and what the head adds over it); returns the count."""
   os.makedirs(workdir, exist_ok=True)
   write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
   print(config)
-  enc_cfg = build.encoder_config(config)
-  n_enc = build.parameter_count(build.abstract_encoder(enc_cfg))
-  n = build.parameter_count(tasks.abstract_model(config))
-  print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
-        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
-  detail = (f"DUMA {config.model.duma.variant}, k={config.model.duma.num_layers}"
-            if config.model.head == "duma" else
-            f"co-attention {config.model.coattention.variant}")
-  print(f"head: {config.model.head} ({detail}, POS embedding "
-        f"{'on' if config.model.pos_embedding else 'off'}): "
-        f"{n - n_enc:,} parameters over the encoder")
+  model = tasks.abstract_model(config)
+  n = build.parameter_count(model)
+  encoder = getattr(model, "encoder", None)
+  enc_cfg = getattr(encoder, "config", None)
+  if encoder is not None and isinstance(enc_cfg, encoders.EncoderConfig):
+    n_enc = build.parameter_count(encoder)
+    print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
+          f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
+    m = config.model
+    detail = {"duma": lambda: f"DUMA {m.duma.variant}, k={m.duma.num_layers}",
+              "poi": lambda: f"co-attention {m.coattention.variant}"}.get(m.head, lambda: None)()
+    pos = getattr(model, "pos_embeddings", None) is not None
+    print(f"head: {m.head} ({(detail + ', ') if detail else ''}POS embedding "
+          f"{'on' if pos else 'off'}): {n - n_enc:,} parameters over the encoder")
+  else:
+    print(f"model: {type(model).__name__} (no pretrained encoder)")
   print(f"parameters: {n:,}")
   return n
 

@@ -50,6 +50,8 @@ class Task:
     export_pretrained: ``(model, directory, tokenizer) -> None`` or None: the fine-tuned encoder
       as a HuggingFace directory.
     higher_is_better: for ``metric``.
+    needs_tokenizer: bool, or ``config -> bool``; False for models with their own vocabulary
+      (QANet + GloVe): the engine then passes ``tokenizer=None`` to ``featurize``.
   """
   name: str
   metric: str
@@ -61,6 +63,11 @@ class Task:
   load_pretrained: Callable[[nnx.Module, str], Any] | None = None
   export_pretrained: Callable[..., None] | None = None
   higher_is_better: bool = True
+  needs_tokenizer: bool | Callable[[Config], bool] = True
+
+  def tokenizer_needed(self, config: Config) -> bool:
+    return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
+                else self.needs_tokenizer)
 
   def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k in self.model_keys}

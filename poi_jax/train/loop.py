@@ -203,7 +203,7 @@ def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval") -> di
   if config.model.pos_embedding:
     from poi_jax.data import pos
     pos.ensure_nltk_resources()  # fail now, not after minutes of tokenising
-  tokenizer = load_tokenizer(config)
+  tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
 
   # Read and validate every input before anything is compiled.
   train_records = eval_records = None
