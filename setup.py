@@ -36,6 +36,7 @@ setup(
             "torch==2.13.0",
             "pycocoevalcap",  # reference Rouge-L / BLEU for DASSA's NarrativeQA metrics
         ],
-        "tfds": ["tensorflow-datasets"],
+        # TFDS readers (squad/v1.1, squad/v2.0, race/*); no TensorFlow needed.
+        "tfds": ["tensorflow-datasets", "importlib_resources"],
     },
 )

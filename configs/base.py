@@ -78,7 +78,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.max_query_length = 64
   c.data.pos_alignment = "offsets"  # offsets | original
   c.data.num_workers = 2
-  c.data.cache_dir = ""  # empty: <workdir>/cache
+  c.data.cache_dir = ""  # feature cache; empty: <workdir>/cache ("none": no cache)
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
   c.data.race_level = "all"  # all | high | middle

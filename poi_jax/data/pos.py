@@ -32,8 +32,17 @@ def tag_id(tag: str) -> int:
   return POS_TAG_MAP.get(tag, OTHER_ID)
 
 
+_resources_found_in: tuple | None = None  # the nltk.data.path the resources were found on
+
+
 def ensure_nltk_resources() -> None:
+  """Raises `NltkResourceError` naming the first missing resource. Once found, not searched
+  again in this process while ``nltk.data.path`` stays the same (the search costs ~1 ms, as
+  much as tagging a sentence)."""
+  global _resources_found_in
   import nltk
+  if _resources_found_in == tuple(nltk.data.path):
+    return
   for path, package in _RESOURCES:
     try:
       nltk.data.find(path)
@@ -42,6 +51,7 @@ def ensure_nltk_resources() -> None:
           f"NLTK resource {package!r} not found (searched {', '.join(nltk.data.path)}); set "
           f"NLTK_DATA to a directory holding it (e.g. ../shared/data/nltk_data) or run "
           f"nltk.download({package!r})") from None
+  _resources_found_in = tuple(nltk.data.path)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -54,23 +64,53 @@ def tag_words(text: str, *, lowercase: bool = True) -> tuple[tuple[str, str], ..
   return tuple(nltk.pos_tag(nltk.word_tokenize(text.lower() if lowercase else text)))
 
 
-def align_original(subtokens: Sequence[str], word_tags: Sequence[tuple[str, str]]) -> list[int]:
-  """The released alignment (SPEC §5): one tag id per sub-token.
+@functools.lru_cache(maxsize=1)
+def pos_version() -> str:
+  """Identity of the tagging (NLTK version + a hash of its tagger and punkt files), part of the
+  feature cache key: other tagger data gives other tags."""
+  import hashlib
+  import os
 
-  Raises IndexError where the released code does (a sub-token past the last word that is not in
-  it), so a caller sees the same failure the original would have had.
+  import nltk
+  ensure_nltk_resources()
+  h = hashlib.sha256(nltk.__version__.encode())
+  for path, _ in _RESOURCES:
+    root = str(nltk.data.find(path))
+    for d, _, files in sorted(os.walk(root)):
+      for name in sorted(files):
+        with open(os.path.join(d, name), "rb") as f:
+          h.update(name.encode() + b"\0" + f.read())
+  return f"nltk-{nltk.__version__}-{h.hexdigest()[:16]}"
+
+
+def align_original_indices(subtokens: Sequence[str], word_tags: Sequence[tuple[str, str]], *,
+                           strict: bool = True) -> list[int]:
+  """The NLTK word index the released alignment gives each sub-token (-1: empty sub-token).
+
+  ``strict``: raise IndexError where the released code does (a sub-token at the last word that
+  is not in it, e.g. WordPiece's ``##s`` of a final "normans"), so a caller sees the failure the
+  original would have had. ``strict=False`` keeps the last word there instead (the feature
+  builders use it, and report where it happened).
   """
-  ids, k = [], 0
+  out, k = [], 0
   words = [w for w, _ in word_tags]
   for s in subtokens:
     s = s.replace("\u2581", "")
     if s == "":
-      ids.append(OTHER_ID)
+      out.append(-1)
       continue
-    if s not in words[k] and s in words[k + 1]:
+    if s not in words[k] and (strict or k + 1 < len(words)) and s in words[k + 1]:
       k += 1
-    ids.append(tag_id(word_tags[k][1]))
-  return ids
+    out.append(k)
+  return out
+
+
+def align_original(subtokens: Sequence[str], word_tags: Sequence[tuple[str, str]], *,
+                   strict: bool = True) -> list[int]:
+  """The released alignment (SPEC §5): one tag id per sub-token (see
+  `align_original_indices`; empty sub-tokens get 38)."""
+  return [OTHER_ID if k < 0 else tag_id(word_tags[k][1])
+          for k in align_original_indices(subtokens, word_tags, strict=strict)]
 
 
 def original_layout(question_ids: Sequence[int], context_ids: Sequence[int],

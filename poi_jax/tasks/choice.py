@@ -6,8 +6,11 @@ import os
 
 import numpy as np
 
-from poi_jax.data import readers
+from poi_jax.data import cache, parallel, readers
+from poi_jax.data.features import multiple_choice
 from poi_jax.data.features.multiple_choice import build_choice_features
+from poi_jax.data.pos import pos_version
+from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.eval import choice, spans
 from poi_jax.models import build
 from poi_jax.tasks import base
@@ -18,17 +21,40 @@ MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_
 
 
 def _read_race(config, split):
+  source = squad_task.tfds_source(config, split)
+  if source:  # tfds:race/high:dev (the config picks the level)
+    return tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split))
   return readers.read_race(base.local_path(config, split), config.data.race_level)
 
 
 def _read_dream(config, split):
+  source = squad_task.tfds_source(config, split)
+  if source:  # TFDS has no DREAM: read_tfds says so in one line
+    return tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split))
   return readers.read_dream(base.local_path(config, split))
 
 
+def feature_options(config) -> dict:
+  """Every option of `build_choice_features` that the config sets (also the cache key)."""
+  return dict(max_seq_length=config.data.max_seq_length,
+              with_pos=bool(config.model.pos_embedding),
+              pos_alignment=config.data.pos_alignment)
+
+
 def featurize(records, tokenizer, config, *, is_training: bool):
-  del is_training  # every option of every question, in both splits
-  return build_choice_features(records, tokenizer, max_seq_length=config.data.max_seq_length,
-                               with_pos=config.model.pos_embedding)
+  """Multiple-choice features, from ``data.cache_dir`` when cached, else built by
+  ``data.num_workers`` worker processes (and cached). ``is_training`` changes nothing: every
+  option of every question, in both splits."""
+  options = feature_options(config)
+  multiple_choice.check_choice_examples(records)  # all records, before any tokenising
+  key_options = dict(options, feature_version=multiple_choice.FEATURE_VERSION,
+                     nltk=pos_version() if options["with_pos"] else None)
+  build = lambda: parallel.featurize(
+      build_choice_features, multiple_choice.merge_choice_features, records, tokenizer, options,
+      num_workers=config.data.num_workers,
+      desc=f"{config.task} {'train' if is_training else 'eval'} features")
+  return cache.cached_features(config.data.cache_dir, "choice", records, tokenizer, key_options,
+                               build)
 
 
 def build_model(config, rngs):

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 
-from poi_jax.data import readers
-from poi_jax.data.features.extractive import build_extractive_features
+from poi_jax.data import cache, parallel, readers
+from poi_jax.data.features import extractive
+from poi_jax.data.features.extractive import build_extractive_features, check_options
+from poi_jax.data.pos import pos_version
+from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.eval import spans, squad
 from poi_jax.models import build
 from poi_jax.tasks import base
@@ -14,15 +18,57 @@ MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_
               "con_end", "start_positions", "end_positions")
 
 
+def tfds_source(config, split: str) -> str | None:
+  """``data.<split>_file`` when it is a ``tfds:`` source (predict falls back to eval), else None."""
+  path = getattr(config.data, f"{split}_file")
+  if split == "predict" and not path:
+    path, split = config.data.eval_file, "eval"
+  return path if path.startswith("tfds:") else None
+
+
+def tfds_hint(config, split: str) -> str:
+  return f" (--config.data.{split}_file=<local file>, e.g. ../shared/data/...)"
+
+
 def read(config, split):
+  source = tfds_source(config, split)
+  if source:
+    return tfds_reader.read_tfds(source, require_answers=split != "predict",
+                                 hint=tfds_hint(config, split))
   return readers.read_squad(base.local_path(config, split), require_answers=split != "predict")
 
 
-def featurize(records, tokenizer, config, *, is_training: bool):
+def feature_options(config, is_training: bool) -> dict:
+  """Every option of `build_extractive_features` that the config sets (also the cache key)."""
   d = config.data
-  return build_extractive_features(records, tokenizer, max_seq_length=d.max_seq_length,
-                                   doc_stride=d.doc_stride, max_query_length=d.max_query_length,
-                                   is_training=is_training, with_pos=config.model.pos_embedding)
+  with_pos = bool(config.model.pos_embedding)
+  return dict(max_seq_length=d.max_seq_length, doc_stride=d.doc_stride,
+              max_query_length=d.max_query_length, is_training=is_training, with_pos=with_pos,
+              pos_alignment=d.pos_alignment)
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  """Extractive features, from ``data.cache_dir`` when cached, else built by
+  ``data.num_workers`` worker processes (and cached)."""
+  options = feature_options(config, is_training)
+  check_options(tokenizer, max_seq_length=options["max_seq_length"],
+                doc_stride=options["doc_stride"], max_query_length=options["max_query_length"],
+                pos_alignment=options["pos_alignment"])
+  key_options = dict(options, feature_version=extractive.FEATURE_VERSION,
+                     nltk=pos_version() if options["with_pos"] else None)
+  build = lambda: parallel.featurize(
+      build_extractive_features, extractive.merge_extractive_features, records, tokenizer,
+      options, num_workers=config.data.num_workers,
+      desc=f"{config.task} {'train' if is_training else 'eval'} features")
+  features = cache.cached_features(config.data.cache_dir, "extractive", records, tokenizer,
+                                   key_options, build)
+  if features.meta["skipped_mismatch"]:
+    logging.warning("%d answers whose text does not match the context at answer_start were %s "
+                    "(as the original pipeline does), e.g. %s",
+                    len(features.meta["skipped_mismatch"]),
+                    "skipped" if is_training else "kept unlabelled",
+                    features.meta["skipped_mismatch"][:5])
+  return features
 
 
 def build_model(config, rngs):

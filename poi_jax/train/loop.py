@@ -191,12 +191,24 @@ def _evaluate(run, task, config, records, features, workdir, *, step, writer, ch
   return results
 
 
+def _with_cache_dir(config, workdir: str):
+  """``data.cache_dir`` resolved: empty -> ``<workdir>/cache``; "none" -> no cache."""
+  cache_dir = config.data.get("cache_dir", None)
+  if cache_dir is None or (cache_dir and cache_dir != "none"):
+    return config
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.data.cache_dir = "" if cache_dir == "none" else os.path.join(workdir, "cache")
+  return config
+
+
 def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval") -> dict:
   """Runs ``mode`` and returns the last eval results. Raises `Preempted` after SIGTERM (the
   checkpoint is saved; run the same command again to resume)."""
   if mode not in MODES:
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
   task = tasks.get_task(config.task)
+  config = _with_cache_dir(config, workdir)
   best_metric = config.train.best_metric or task.metric
   mesh = mesh_lib.make_mesh(config.mesh)
   check_batch_sizes(config, mesh)

@@ -7,19 +7,24 @@ Arrays (``N`` questions, ``C`` options, ``L = max_seq_length``), int32:
 ``con_start`` (first separator) and ``con_end`` (final separator) ``(N, C)``: POI-Net's domains
 A = [CLS] + passage, B = separators + question + option (SPEC §1); ``p_end`` (last passage
 token), ``q_start`` (first question token), ``q_end`` (last option token) ``(N, C)`` for DUMA
-(SPEC §2); ``labels, example_index (N,)``.
+(SPEC §2); ``labels, example_index (N,)``. With RoBERTa's ``<s> P </s></s> Q O </s>``,
+``con_start`` is the first of the two separators and ``q_start = p_end + 3``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
-from poi_jax.data.features.extractive import Features, offset_tags
+from poi_jax.data.features.extractive import POS_ALIGNMENTS, Features, offset_tags, original_ids
 from poi_jax.data.records import ChoiceExample, DataError
 
+# Bump when the features this module builds change (the cache key includes it).
+FEATURE_VERSION = 2
 
-def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_length: int,
-                          with_pos: bool = True) -> Features:
+
+def check_choice_examples(examples: list[ChoiceExample]) -> None:
+  """Every record has as many options as the first (the arrays are ``(N, C, L)``); checked over
+  all records before any tokenising (the parallel path featurises chunks separately)."""
   if not examples:
     raise ValueError("no examples")
   n_opt = len(examples[0].options)
@@ -27,15 +32,53 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
     if len(ex.options) != n_opt:
       raise DataError(ex.source, ex.qid, "options",
                       f"{len(ex.options)} options where the first record has {n_opt}")
+
+
+def _check_room(ex: ChoiceExample, seconds: list[str], tokenizer, max_seq_length: int) -> None:
+  """DataError when question + option (never truncated) leave no token for the passage."""
+  specials = tokenizer.num_special_tokens_to_add(pair=True)
+  lengths = [len(ids) for ids in tokenizer(seconds, add_special_tokens=False)["input_ids"]]
+  for o, n in enumerate(lengths):
+    if n + specials >= max_seq_length:
+      raise DataError(ex.source, ex.qid, "question",
+                      f"question + option {o} take {n} tokens (+{specials} special), which leaves "
+                      f"no room for the passage in {max_seq_length} tokens")
+
+
+def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_length: int,
+                          with_pos: bool = True, pos_alignment: str = "offsets") -> Features:
+  """One sequence per option of every question (see the module docstring).
+
+  ``pos_alignment``: ``offsets`` (each sub-token takes the tag of the NLTK word covering it) or
+  ``original`` (`pos.align_original` over the sub-tokens of the whole passage and of
+  question+option; ``meta["pos_original_past_end"]`` lists where the released code would have
+  failed and the last word's tag was kept).
+  """
+  check_choice_examples(examples)
+  if pos_alignment not in POS_ALIGNMENTS:
+    raise ValueError(f"data.pos_alignment={pos_alignment!r}; choose one of {POS_ALIGNMENTS}")
+  if not getattr(tokenizer, "is_fast", False):
+    raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the features need "
+                     f"its offsets (return_offsets_mapping)")
+  n_opt = len(examples[0].options)
   keys = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start", "con_end",
           "p_end", "q_start", "q_end")
   cols = {k: [] for k in keys}
+  past_end = []
   for ex in examples:
     seconds = [f"{ex.question} {opt}".strip() for opt in ex.options]
-    enc = tokenizer([ex.passage] * n_opt, seconds, truncation="only_first",
-                    max_length=max_seq_length, padding="max_length",
-                    return_offsets_mapping=True, return_token_type_ids=True)
-    p_tags = pos_lib.tag_words(ex.passage) if with_pos else None
+    try:
+      enc = tokenizer([ex.passage] * n_opt, seconds, truncation="only_first",
+                      max_length=max_seq_length, padding="max_length",
+                      return_offsets_mapping=True, return_token_type_ids=True)
+    except Exception:  # the Rust tokenizer's "Truncation error": name the record instead
+      _check_room(ex, seconds, tokenizer, max_seq_length)
+      raise
+    if with_pos:
+      p_tags = pos_lib.tag_words(ex.passage)
+      if pos_alignment == "original":
+        full = tokenizer(ex.passage, add_special_tokens=False)
+        p_orig = original_ids(tokenizer, full["input_ids"], p_tags, past_end, ex.qid, "passage")
     per = {k: [] for k in keys}
     for o in range(n_opt):
       seq = enc.sequence_ids(o)
@@ -49,9 +92,15 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
       n_real = sum(enc["attention_mask"][o])
       tags = np.zeros(max_seq_length, np.int32)
       if with_pos:
-        tags[first] = offset_tags(ex.passage, [offs[i] for i in first], p_tags)
-        tags[second] = offset_tags(seconds[o], [offs[i] for i in second],
-                                   pos_lib.tag_words(seconds[o]))
+        s_tags = pos_lib.tag_words(seconds[o])
+        if pos_alignment == "offsets":
+          tags[first] = offset_tags(ex.passage, [offs[i] for i in first], p_tags)
+          tags[second] = offset_tags(seconds[o], [offs[i] for i in second], s_tags)
+        else:
+          # The passage is truncated from its end, so its window is a prefix of its tokens.
+          tags[first] = p_orig[:len(first)]
+          tags[second] = original_ids(tokenizer, [enc["input_ids"][o][i] for i in second],
+                                      s_tags, past_end, ex.qid, f"options[{o}]")
         tags[[i for i, s in enumerate(seq) if s is None and i < n_real]] = pos_lib.SPECIAL_ID
       per["input_ids"].append(enc["input_ids"][o])
       per["attention_mask"].append(enc["attention_mask"][o])
@@ -68,4 +117,14 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
   arrays["labels"] = np.asarray([ex.label for ex in examples], np.int32)
   arrays["example_index"] = np.arange(len(examples), dtype=np.int32)
   return Features(arrays, {"ids": [ex.qid for ex in examples],
-                           "levels": [ex.level for ex in examples]})
+                           "levels": [ex.level for ex in examples],
+                           "pos_original_past_end": past_end})
+
+
+def merge_choice_features(parts: list[Features], starts: list[int]) -> Features:
+  """Concatenates the features of consecutive chunks of questions into those of all of them."""
+  del starts  # example_index is renumbered from the concatenation
+  arrays = {k: np.concatenate([p.arrays[k] for p in parts], axis=0) for k in parts[0].arrays}
+  arrays["example_index"] = np.arange(len(arrays["labels"]), dtype=np.int32)
+  return Features(arrays, {k: [v for p in parts for v in p.meta[k]] for k in ("ids", "levels",
+                                                                  "pos_original_past_end")})

@@ -1,0 +1,109 @@
+"""TFDS sources (`tfds:<name>[/<config>]:<split>`) without network, with `tfds.testing.mock_data`.
+
+Needs the `[tfds]` extra (tensorflow-datasets; TensorFlow is not needed): the tests skip, naming
+the reason, when it is not installed. Run alone with `python -m pytest -m tfds tests/data`.
+"""
+import numpy as np
+import pytest
+
+from poi_jax.data.readers import tfds as tfds_reader
+from poi_jax.data.records import DataError
+
+pytestmark = pytest.mark.tfds
+
+tfds = pytest.importorskip(
+    "tensorflow_datasets",
+    reason="tensorflow_datasets is not installed: pip install -e '.[tfds]' for the TFDS suite")
+
+CONTEXT = "The Normans were the people who gave their name to Normandy, a region in France."
+SQUAD_ROWS = [
+    {"id": "q1", "title": "Normans", "context": CONTEXT, "question": "Where is Normandy?",
+     "answers": {"text": np.array(["France", "in France"]),
+                 "answer_start": np.array([73, 70], np.int32)},
+     "is_impossible": False,
+     "plausible_answers": {"text": np.array([], "<U1"), "answer_start": np.array([], np.int32)}},
+    {"id": b"q2", "title": b"Normans", "context": CONTEXT.encode(),
+     "question": b"Who gave their name to Paris?",
+     "answers": {"text": np.array([], "<U1"), "answer_start": np.array([], np.int32)},
+     "is_impossible": True,
+     "plausible_answers": {"text": np.array(["The Normans"]),
+                           "answer_start": np.array([0], np.int32)}},
+]
+RACE_ROWS = [{"example_id": "high1.txt", "article": "Tom has a cat. The cat is black.",
+              "questions": np.array(["What colour is the cat?", "Who has a cat?"]),
+              "options": np.array([["white", "black", "red", "blue"],
+                                   ["Tom", "Ann", "Bob", "Sue"]]),
+              "answers": np.array(["B", "A"])}]
+
+
+def _mock(rows):
+  return tfds.testing.mock_data(as_data_source_fn=lambda self, split, **kw: list(rows))
+
+
+def test_squad_rows_become_the_same_records_as_the_json_reader():
+  assert CONTEXT[73:79] == "France" and CONTEXT[70:79] == "in France"
+  with _mock(SQUAD_ROWS):
+    got = tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+  assert [r.qid for r in got] == ["q1", "q2"]
+  a, b = got
+  assert a.answers == [{"text": "France", "answer_start": 73},
+                       {"text": "in France", "answer_start": 70}]
+  assert not a.is_impossible and a.context == CONTEXT and a.title == "Normans"
+  assert b.is_impossible and b.answers == [] and b.question == "Who gave their name to Paris?"
+  assert b.plausible_answers == [{"text": "The Normans", "answer_start": 0}]
+  assert a.source == "tfds:squad/v2.0:validation"
+
+
+def test_race_rows_become_one_record_per_question():
+  with _mock(RACE_ROWS):
+    got = tfds_reader.read_tfds("tfds:race/high:dev")
+  assert [(r.qid, r.label, r.level) for r in got] == [("high1.txt-0", 1, "high"),
+                                                      ("high1.txt-1", 0, "high")]
+  assert got[0].options == ["white", "black", "red", "blue"]
+
+
+def test_bad_tfds_records_name_the_source_record_and_field():
+  bad = [dict(SQUAD_ROWS[0], answers={"text": np.array(["France"]),
+                                      "answer_start": np.array([500], np.int32)})]
+  with _mock(bad), pytest.raises(DataError) as err:
+    tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+  assert (err.value.path, err.value.record, err.value.field) == (
+      "tfds:squad/v2.0:validation", "q1", "answers.answer_start")
+  race = [dict(RACE_ROWS[0], answers=np.array(["B", "E"]))]
+  with _mock(race), pytest.raises(DataError, match="'E' is not one of the 4 options"):
+    tfds_reader.read_tfds("tfds:race/middle:dev")
+
+
+def test_random_mock_data_goes_through_the_validation():
+  """TFDS's own random examples (answer_start anywhere): the reader validates them."""
+  with tfds.testing.mock_data(num_examples=2), pytest.raises(DataError, match="answer"):
+    tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+
+
+def test_offline_without_prepared_data_is_one_line(tmp_path, monkeypatch):
+  monkeypatch.setattr(tfds_reader, "network_reachable", lambda *a, **k: False)
+  with pytest.raises(tfds_reader.TfdsUnavailableError) as err:
+    tfds_reader.read_tfds("tfds:squad/v1.1:train", data_dir=str(tmp_path),
+                          hint=" (--config.data.train_file=train-v1.1.json)")
+  msg = str(err.value)
+  assert "\n" not in msg and "no network" in msg
+  assert "--config.data.train_file=train-v1.1.json" in msg
+
+
+def test_source_syntax_and_unsupported_datasets():
+  assert tfds_reader.parse_source("tfds:squad/v2.0:validation").config == "v2.0"
+  with pytest.raises(ValueError, match="tfds:<name>"):
+    tfds_reader.parse_source("tfds:squad")
+  with pytest.raises(ValueError, match="no reader here"):
+    tfds_reader.parse_source("tfds:mnist:train")
+
+
+def test_squad_task_reads_a_tfds_source():
+  from configs import squad2
+  from poi_jax.tasks import squad as squad_task
+  c = squad2.get_config("tiny")
+  c.unlock()
+  c.data.eval_file = "tfds:squad/v2.0:validation"
+  with _mock(SQUAD_ROWS):
+    got = squad_task.read(c, "eval")
+  assert [r.qid for r in got] == ["q1", "q2"]
