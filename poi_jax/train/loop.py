@@ -144,7 +144,7 @@ def _make_steps(run: _Run, batch_keys: dict[str, int]) -> None:
     loss, grads = nnx.value_and_grad(loss_fn)(model)
     optimizer.update(model, grads)
     return nnx.state((model, optimizer)), {"loss": loss,
-                                           "grad_norm": optax.global_norm(grads)}
+                                           "grad_norm": optax.tree.norm(grads)}
 
   # Both steps take the whole state (model + optimizer) so that one pytree, with one set of
   # shardings, is what the loop and the checkpointer handle.
