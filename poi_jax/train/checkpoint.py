@@ -118,7 +118,7 @@ class Checkpointer:
   def save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None = None) -> None:
     if step in self.manager.all_steps():
       return
-    pure = _to_storable(state.to_pure_dict())
+    pure = _to_storable(nnx.to_pure_dict(state))
     self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(pure),
                                                     meta=ocp.args.JsonSave(meta)),
                       metrics=metrics, force=True)
@@ -126,7 +126,7 @@ class Checkpointer:
 
   def restore(self, step: int, state: nnx.State) -> tuple[nnx.State, dict]:
     """``state`` with the values of ``step`` (same shardings as ``state``), and its meta."""
-    template = state.to_pure_dict()
+    template = nnx.to_pure_dict(state)
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(np.shape(jax.random.key_data(x)) if _is_key(x)
                                        else np.shape(x),

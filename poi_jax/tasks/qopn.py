@@ -1,0 +1,136 @@
+"""NewsQA and NLQuAD with QOPN (`poi_jax.models.qopn`): long articles read as at most
+``data.qopn.max_segments`` non-overlapping segments, one softmax over the whole article.
+
+* ``newsqa``: the combined JSON of Maluuba's tool (`poi_jax.data.readers.newsqa`), stories of
+  ``data.qopn.train_split`` / ``eval_split``; EM/F1 (SQuAD v1.1 rules) against every crowd answer.
+* ``nlquad``: SQuAD v1.1 JSON (`poi_jax.data.readers.nlquad`); EM/F1 and NLQuAD's word-position
+  IoU (`poi_jax.eval.iou`).
+
+Predictions go to ``<workdir>/predictions.json`` (qid -> text) and ``prediction_spans.json``
+(qid -> ``{text, start, end, score}``, characters in the article), written atomically.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from poi_jax.data import cache
+from poi_jax.data.features import segments
+from poi_jax.data.readers.newsqa import read_newsqa
+from poi_jax.data.readers.nlquad import read_nlquad
+from poi_jax.eval import iou, spans
+from poi_jax.models import build
+from poi_jax.tasks import base
+
+MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "question_rows", "segment_mask",
+              "span_mask", "start_positions", "end_positions")
+HEADS = ("qopn",)
+_HINT = {
+    "newsqa": "NewsQA's combined JSON (built with Maluuba's newsqa tool; not downloadable "
+              "offline)",
+    "nlquad": "an NLQuAD SQuAD-v1.1 JSON file (train/val/eval)",
+}
+
+
+def read(config, split):
+  name = f"{split}_file"
+  if not getattr(config.data, name) and not (split == "predict" and config.data.eval_file):
+    raise FileNotFoundError(f"data.{name} is empty: pass {_HINT[config.task]} with "
+                            f"--config.data.{name}=... (docs/qopn.md shows how to build a "
+                            f"long-article file from ../shared/data/squad2 for a smoke run)")
+  path = base.local_path(config, split)
+  if config.task == "newsqa":
+    q = config.data.qopn
+    return read_newsqa(path, q.train_split if split == "train" else q.eval_split)
+  return read_nlquad(path, require_answers=split != "predict")
+
+
+def feature_options(config, is_training: bool) -> dict:
+  d = config.data
+  return dict(max_seq_length=d.max_seq_length, max_query_length=d.max_query_length,
+              max_segments=d.qopn.max_segments, is_training=is_training)
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  options = feature_options(config, is_training)
+  segments.check_options(tokenizer, max_seq_length=options["max_seq_length"],
+                         max_query_length=options["max_query_length"],
+                         max_segments=options["max_segments"])
+  build_fn = lambda: segments.build_segment_features(records, tokenizer, **options)
+  features = cache.cached_features(config.data.cache_dir, "qopn_segments", records, tokenizer,
+                                   dict(options, feature_version=segments.FEATURE_VERSION),
+                                   build_fn)
+  m = features.meta
+  if is_training and (m["dropped_cut"] or m["dropped_unmappable"]):
+    logging.warning("QOPN: %d training questions dropped because their answer lies past the "
+                    "last of %d segments, %d because it covers no token", m["dropped_cut"],
+                    options["max_segments"], m["dropped_unmappable"])
+  if m["truncated_articles"]:
+    logging.info("QOPN: %d questions' articles were cut after %d segments",
+                 m["truncated_articles"], options["max_segments"])
+  if not len(features.arrays["input_ids"]):
+    raise ValueError(f"no {'training' if is_training else 'evaluation'} questions left after "
+                     f"segmenting ({m['dropped_cut']} answers past the last segment)")
+  return features
+
+
+def question_window(config) -> int:
+  """Static bound on the question rows (1 + question tokens) for the model."""
+  d = config.data
+  if d.max_query_length >= 0:
+    return d.max_query_length + 1
+  return d.max_seq_length - 1
+
+
+def build_model(config, rngs):
+  from poi_jax.models import qopn
+  m = config.model
+  if m.head not in HEADS:
+    raise ValueError(f"model.head={m.head!r} is not a head for task {config.task!r} (known: "
+                     f"{', '.join(HEADS)}; the sliding-window baseline is configs/squad1.py "
+                     f"with model.head=none)")
+  q = m.qopn
+  return qopn.QopnForQuestionAnswering(
+      build.encoder_config(config), num_blocks=q.num_blocks, num_heads=q.num_heads,
+      block_style=q.block_style, question_window=question_window(config),
+      scan_blocks=q.scan_blocks, use_qoii=q.use_qoii, use_gbif=q.use_gbif, use_qgip=q.use_qgip,
+      dropout=q.dropout, rngs=rngs)
+
+
+def load_pretrained(model, checkpoint):
+  from poi_jax.models import encoders
+  return encoders.load_encoder_weights(model.encoder, checkpoint)
+
+
+def export_pretrained(model, directory, tokenizer=None):
+  from poi_jax.models import encoders
+  encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
+
+
+def evaluate(config, records, features, outputs, workdir):
+  from poi_jax.models import qopn
+  m = features.meta
+  decoded = qopn.decode_spans(outputs["start_logits"], outputs["end_logits"], m["token_index"],
+                              m["offsets"], m["contexts"], config.eval.max_answer_length)
+  preds, detail, char_spans = {}, {}, {}
+  for qid, (text, a, b, score) in zip(m["qids"], decoded):
+    preds[qid] = text
+    detail[qid] = {"text": text, "start": a, "end": b, "score": score}
+    char_spans[qid] = (a, b)
+  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  spans.write_json_atomic(os.path.join(workdir, "prediction_spans.json"), detail)
+  if not config.data.eval_file or not all(r.answers for r in records):
+    return {}  # predict mode: no answers to score against
+  scores = iou.evaluate_spans(records, char_spans)
+  if config.task == "newsqa":
+    scores = {k: scores[k] for k in ("exact_match", "f1")}
+  return scores
+
+
+def _task(name):
+  return base.Task(name=name, metric="f1", read=read, featurize=featurize,
+                   build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
+                   load_pretrained=load_pretrained, export_pretrained=export_pretrained)
+
+
+TASKS = {"newsqa": _task("newsqa"), "nlquad": _task("nlquad")}

@@ -1,0 +1,62 @@
+"""Slow suite: all-MiniLM-L6-v2 QOPN vs the same encoder with a sliding window and no reasoning
+blocks, on long articles built from ../shared/data/squad2, evaluated on held-out articles.
+
+Articles: consecutive chunks of 6 paragraphs of each Wikipedia article (about 800 words, NewsQA's
+616 words on average being the target regime), answerable questions only, offsets shifted. Train:
+the first 9 Wikipedia articles; evaluation: the last 3 (no paragraph on both sides). Both systems
+see the same questions and score against the same answers with the SQuAD v1.1 rules:
+
+* QOPN: ``configs/newsqa.py:minilm`` on the NewsQA-format file (6 segments of 256 tokens);
+* baseline: ``configs/squad1.py:minilm`` with ``model.head=none`` (plain encoder + span head,
+  windows of 256 tokens with 128 tokens of overlap, the best window's span), on the SQuAD-format
+  file of the same articles and questions.
+
+Run: ``python -m pytest -m slow tests/slow/test_qopn_vs_sliding_window.py -s`` (prints both
+scores; tens of minutes on 2 CPU cores).
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.data import qopn_fixtures
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+COMMON = ("--config.train.epochs=2", "--config.train.max_steps=-1",
+          "--config.data.max_seq_length=256", "--config.data.max_query_length=48",
+          "--config.optim.lr=5e-5", "--config.train.eval_every=100000",
+          "--config.train.export_best=false")
+
+
+def _run(workdir, config, *overrides):
+  r = subprocess.run([sys.executable, "-m", "poi_jax.main", f"--config={config}",
+                      f"--workdir={workdir}", "--mode=train_and_eval", *COMMON, *overrides],
+                     capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+  assert r.returncode == 0, r.stderr[-3000:]
+  return json.loads((pathlib.Path(workdir) / "eval_results.json").read_text())
+
+
+def test_minilm_qopn_beats_the_sliding_window_baseline(tmp_path, data_dir):
+  squad = data_dir / "squad2" / "squad2-dev-subset.json"
+  train = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(0, 9))
+  held_out = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(9, 12))
+  files = dict(
+      newsqa_train=qopn_fixtures.write_newsqa(tmp_path / "newsqa-train.json", train, "train"),
+      newsqa_dev=qopn_fixtures.write_newsqa(tmp_path / "newsqa-dev.json", held_out, "dev"),
+      squad_train=qopn_fixtures.write_nlquad(tmp_path / "squad-train.json", train),
+      squad_dev=qopn_fixtures.write_nlquad(tmp_path / "squad-dev.json", held_out))
+  qopn = _run(tmp_path / "qopn", "configs/newsqa.py:minilm",
+              f"--config.data.train_file={files['newsqa_train']}",
+              f"--config.data.eval_file={files['newsqa_dev']}")
+  window = _run(tmp_path / "window", "configs/squad1.py:minilm", "--config.model.head=none",
+                "--config.model.pos_embedding=false", "--config.data.doc_stride=128",
+                "--config.train.batch_size=16",
+                f"--config.data.train_file={files['squad_train']}",
+                f"--config.data.eval_file={files['squad_dev']}")
+  print(f"held-out long articles: QOPN EM {qopn['exact_match']:.2f} F1 {qopn['f1']:.2f}; "
+        f"sliding window EM {window['exact_match']:.2f} F1 {window['f1']:.2f}")
+  assert qopn["f1"] > window["f1"]
