@@ -35,7 +35,11 @@ setup(
             "hypothesis",
             "torch==2.13.0",
             "pycocoevalcap",  # reference Rouge-L / BLEU for DASSA's NarrativeQA metrics
+            "spacy>=3",  # NQ sentence splitting (the [nq] extra), tested on the spaCy path
+            "natural-questions==1.0.6",  # the official NQ evaluator, reference of the NQ metrics
         ],
+        # Natural Questions: spaCy's rule-based sentencizer (no model download).
+        "nq": ["spacy>=3"],
         # TFDS readers (squad/v1.1, squad/v2.0, race/*); no TensorFlow needed.
         "tfds": ["tensorflow-datasets", "importlib_resources"],
     },

@@ -63,9 +63,12 @@ def describe(config, workdir: str) -> int:
   print(config)
   model = tasks.abstract_model(config)
   n = build.parameter_count(model)
-  encoder = getattr(model, "encoder", None)
+  # The pretrained encoder is `model.encoder`, or `model.bert` where `encoder` mirrors another
+  # original's names (the NQ graph encoder).
+  encoder = next((m for m in (getattr(model, "encoder", None), getattr(model, "bert", None))
+                  if isinstance(getattr(m, "config", None), encoders.EncoderConfig)), None)
   enc_cfg = getattr(encoder, "config", None)
-  if encoder is not None and isinstance(enc_cfg, encoders.EncoderConfig):
+  if encoder is not None:
     n_enc = build.parameter_count(encoder)
     print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
           f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
