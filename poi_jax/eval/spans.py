@@ -58,6 +58,12 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
   return preds, nbest_all, null_odds
 
 
+def best_non_null(nbest: dict[str, list]) -> dict[str, str]:
+  """The best non-empty answer of each question of ``decode_squad``'s n-best lists ("" when a
+  question has no span candidate)."""
+  return {qid: next((c["text"] for c in cands if c["text"]), "") for qid, cands in nbest.items()}
+
+
 def write_json_atomic(path: str, obj) -> None:
   """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``."""
   d = os.path.dirname(os.path.abspath(path))

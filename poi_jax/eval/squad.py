@@ -6,6 +6,11 @@ references that normalise to empty are dropped and an unanswerable question's re
 empty string (so predicting "" is exact); ``na_probs`` with ``na_prob_thresh`` turn predictions
 into no-answers; the HasAns/NoAns breakdown; the best threshold search (``best_exact``,
 ``best_f1`` and their thresholds). v1.1: a missing prediction counts as wrong.
+
+`tuned_null_threshold` is not part of the official script: it is the threshold search of ALBERT's
+and XLNet's SQuAD 2.0 code (``find_all_best_thresh_v2``), which the POI-Net paper (§2.4.2) uses for
+its "threshold δ ... heuristically computed in linear time". It runs the official search over the
+best *non-null* answers, so it can turn any question into an answer, not only answers into null.
 """
 from __future__ import annotations
 
@@ -133,3 +138,31 @@ def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
     result.update(best_exact=best_exact, best_exact_thresh=t_exact, best_f1=best_f1,
                   best_f1_thresh=t_f1)
   return result
+
+
+def tuned_null_threshold(dataset: list, non_null_predictions: dict[str, str],
+                         null_odds: dict[str, float]) -> dict[str, float]:
+  """The null-score-difference threshold δ that maximises F1 on ``dataset``, and the official
+  v2.0 scores of the predictions it gives (``tuned_*`` keys).
+
+  ``non_null_predictions``: the best non-empty answer of every question; ``null_odds``: the
+  decoder's ``null score - best non-null score`` (a question is answered when its odds are
+  <= δ). Returns ``tuned_null_threshold`` (δ), ``tuned_exact``, ``tuned_f1``,
+  ``tuned_HasAns_f1``, ``tuned_NoAns_f1``. δ is fitted on the data it scores: an optimistic
+  figure (the paper's protocol); pass it as ``eval.null_score_diff_threshold`` on new data.
+  """
+  has_ans, f1 = {}, {}
+  for qa in _questions(dataset):
+    qid = qa["id"]
+    if qid not in non_null_predictions:
+      continue
+    has_ans[qid] = bool(qa["answers"])
+    golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+    f1[qid] = max(f1_score_v2(g, non_null_predictions[qid]) for g in golds)
+  _, delta = _best_thresh(non_null_predictions, f1, null_odds, has_ans)
+  r = squad_v2_evaluate(dataset, non_null_predictions, null_odds, na_prob_thresh=delta)
+  out = {"tuned_null_threshold": delta, "tuned_exact": r["exact"], "tuned_f1": r["f1"]}
+  for k in ("HasAns_f1", "NoAns_f1"):
+    if k in r:
+      out[f"tuned_{k}"] = r[k]
+  return out

@@ -124,7 +124,10 @@ def _evaluate(version_2: bool):
       dataset = restrict(json.load(f)["data"], {r.qid for r in records})
     if version_2:
       spans.write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
-      return squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
+      results = squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
+      if odds:  # the paper's δ, fitted on this set (tuned_*; see eval.squad)
+        results.update(squad.tuned_null_threshold(dataset, spans.best_non_null(nbest), odds))
+      return results
     return squad.squad_v1_evaluate(dataset, preds)
   return evaluate
 

@@ -59,3 +59,29 @@ def test_v1_missing_prediction_counts_as_wrong_and_uses_all_answers():
   ds = _ds(("a", ["Denver Broncos", "Broncos"]), ("b", ["1990"]))
   r = squad.squad_v1_evaluate(ds, {"a": "the Broncos"})
   assert r["exact_match"] == 50.0 and r["f1"] == 50.0
+
+
+def test_tuned_null_threshold_can_answer_questions_that_threshold_zero_leaves_null():
+  """ALBERT/XLNet's threshold search over the best non-null answers (the POI-Net paper's δ)."""
+  ds = _ds(("h1", ["red"]), ("h2", ["blue"]), ("n1", []), ("n2", []))
+  non_null = {"h1": "red", "h2": "green", "n1": "x", "n2": "y"}
+  # Every null score beats its best span (odds > 0): threshold 0 predicts no answer anywhere.
+  odds = {"h1": 1.0, "h2": 4.0, "n1": 5.0, "n2": 6.0}
+  at_zero = squad.squad_v2_evaluate(ds, {q: "" for q in non_null}, odds)
+  assert at_zero["f1"] == 50.0 and at_zero["best_f1"] == 50.0  # the official search cannot help
+  # From all null (2 of 4 right): answering h1 (odds 1.0) +1 -> 3; h2 +0; n1, n2 -1 each.
+  t = squad.tuned_null_threshold(ds, non_null, odds)
+  assert t["tuned_null_threshold"] == 1.0
+  assert t["tuned_f1"] == 75.0 and t["tuned_exact"] == 75.0
+  assert t["tuned_HasAns_f1"] == 50.0 and t["tuned_NoAns_f1"] == 100.0
+
+
+def test_tuned_null_threshold_can_be_negative():
+  ds = _ds(("h1", ["red"]), ("h2", ["blue"]), ("n1", []), ("n2", []))
+  non_null = {"h1": "red", "h2": "green", "n1": "x", "n2": "y"}
+  odds = {"h1": -2.0, "n2": -1.0, "h2": 0.5, "n1": 3.0}
+  # Sweep: h1 +1 -> 3 (δ = -2); n2 -1 -> 2; h2 +0; n1 -1 -> 1. Threshold 0 would answer n2 too.
+  t = squad.tuned_null_threshold(ds, non_null, odds)
+  assert t["tuned_null_threshold"] == -2.0 and t["tuned_f1"] == 75.0
+  preds_at_zero = {q: (a if odds[q] <= 0 else "") for q, a in non_null.items()}
+  assert squad.squad_v2_evaluate(ds, preds_at_zero, odds)["f1"] == 50.0
