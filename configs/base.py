@@ -58,9 +58,6 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.coattention.turns = 3
   c.model.coattention.strategy = "forgetting"  # forgetting | average | weighted | intuition
   c.model.coattention.nan_guard = True
-  # Extractive heads: the [CLS] row skips the co-attention's scaling, so the SQuAD 2.0 null score
-  # sees the input (off = the paper; see poi_jax/models/poi_net.py).
-  c.model.coattention.keep_cls = False
   # DUMA dual multi-head co-attention.
   c.model.duma = ml_collections.ConfigDict()
   c.model.duma.variant = "paper"  # paper | released

@@ -9,12 +9,7 @@ reading comprehension, on ALBERT, BERT or RoBERTa encoders.
   (``turns``, ``strategy``), ``"released"`` (``nan_guard``) or ``"none"`` (plain encoder baseline,
   for the paper's Table 4 ablations together with ``pos_embedding=False``).
 * Heads (§2.4): QA = Linear D->2 on the co-attended sequence, start/end cross-entropy averaged as
-  transformers does. ``keep_cls`` (QA only, off by default = the paper and the released code):
-  the [CLS] row skips the co-attention's scaling. Both variants scale every token by its
-  min-max-normalised score, and [CLS] is often its domain's least similar token: its score is then
-  0, its row 0, and (being the minimum) it gets no gradient either, so the SQuAD 2.0 null score
-  ``s_0 + e_0`` is the bias alone, the same for every question (seen on all-MiniLM-L6-v2: std 0.05
-  over a dev set), and cannot tell answerable from unanswerable questions; multiple choice = per option max-pool of the co-attended sequence over the
+  transformers does; multiple choice = per option max-pool of the co-attended sequence over the
   tokens of its two domains, Linear D->1, softmax over options. The released multiple-choice code
   applies its classifier per token and reshapes to ``(-1, num_choices)``, which mixes tokens and
   options and cannot train; we follow the paper's §2.4.1 instead.
@@ -61,9 +56,8 @@ class _PoiNetBase(nnx.Module):
                            if pos_embedding else None)
 
   def encode(self, input_ids, attention_mask, token_type_ids, pos_tags, con_start, con_end, *,
-             deterministic: bool, return_encoder_output: bool = False):
-    """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``,
-    or ``(R, H)`` with the encoder output ``H (N, L, D)`` when ``return_encoder_output``."""
+             deterministic: bool):
+    """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``."""
     extra = None
     if self.pos_embeddings is not None:
       extra = self.pos_embeddings(pos_tags)
@@ -77,7 +71,7 @@ class _PoiNetBase(nnx.Module):
                                      strategy=self.strategy)
     else:
       r = h
-    return (r, h) if return_encoder_output else (r, m_a + m_b)
+    return r, m_a + m_b
 
   def _check(self, batch):
     if checks.is_concrete(batch):
@@ -103,14 +97,11 @@ def _fields(batch: Mapping[str, jax.Array]):
 
 class PoiNetForQuestionAnswering(_PoiNetBase):
   """Extractive QA: batch ``(B, L)`` token fields, ``con_start``/``con_end`` ``(B,)`` ->
-  ``{"start_logits", "end_logits"}`` each ``(B, L)``. ``keep_cls``: the [CLS] row (position 0)
-  of the co-attended sequence is the encoder's, unscaled (see the module docstring)."""
+  ``{"start_logits", "end_logits"}`` each ``(B, L)``."""
 
-  def __init__(self, encoder_config: encoders.EncoderConfig, *, keep_cls: bool = False,
-               **kwargs):
+  def __init__(self, encoder_config: encoders.EncoderConfig, **kwargs):
     rngs = kwargs["rngs"]
     super().__init__(encoder_config, **kwargs)
-    self.keep_cls = bool(keep_cls)
     self.qa_outputs = common.dense(encoder_config.hidden_size, 2, ("embed", None),
                                    init_std=encoder_config.initializer_range,
                                    dtype=jnp.float32, rngs=rngs)
@@ -118,10 +109,8 @@ class PoiNetForQuestionAnswering(_PoiNetBase):
   def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
     self._check(batch)
     ids, mask, types, tags = _fields(batch)
-    r, h = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
-                       deterministic=deterministic, return_encoder_output=True)
-    if self.keep_cls:
-      r = r.at[:, 0].set(h[:, 0])
+    r, _ = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
+                       deterministic=deterministic)
     logits = self.qa_outputs(r.astype(jnp.float32))
     return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
