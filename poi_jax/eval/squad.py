@@ -94,13 +94,9 @@ def _best_thresh(preds, scores, na_probs, has_ans):
   return 100.0 * best / len(scores), best_thresh
 
 
-def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
-                      na_probs: dict[str, float] | None = None,
-                      na_prob_thresh: float = 1.0) -> dict[str, float]:
-  """The official v2.0 evaluation dict: exact, f1, total, HasAns_*, NoAns_*, best_exact(_thresh),
-  best_f1(_thresh)."""
-  if na_probs is None:
-    na_probs = {k: 0.0 for k in predictions}
+def _raw_scores_v2(dataset: list, predictions: dict[str, str]):
+  """``(has_ans, exact, f1)``: has_ans for every question of ``dataset``, the v2.0 exact and F1
+  (max over the references; "" for an unanswerable one) for every predicted question."""
   has_ans, exact, f1 = {}, {}, {}
   for qa in _questions(dataset):
     qid = qa["id"]
@@ -111,6 +107,17 @@ def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
     pred = predictions[qid]
     exact[qid] = max(exact_score(g, pred) for g in golds)
     f1[qid] = max(f1_score_v2(g, pred) for g in golds)
+  return has_ans, exact, f1
+
+
+def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
+                      na_probs: dict[str, float] | None = None,
+                      na_prob_thresh: float = 1.0) -> dict[str, float]:
+  """The official v2.0 evaluation dict: exact, f1, total, HasAns_*, NoAns_*, best_exact(_thresh),
+  best_f1(_thresh)."""
+  if na_probs is None:
+    na_probs = {k: 0.0 for k in predictions}
+  has_ans, exact, f1 = _raw_scores_v2(dataset, predictions)
 
   def threshold(scores):
     out = {}
@@ -151,14 +158,8 @@ def tuned_null_threshold(dataset: list, non_null_predictions: dict[str, str],
   ``tuned_HasAns_f1``, ``tuned_NoAns_f1``. δ is fitted on the data it scores: an optimistic
   figure (the paper's protocol); pass it as ``eval.null_score_diff_threshold`` on new data.
   """
-  has_ans, f1 = {}, {}
-  for qa in _questions(dataset):
-    qid = qa["id"]
-    if qid not in non_null_predictions:
-      continue
-    has_ans[qid] = bool(qa["answers"])
-    golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
-    f1[qid] = max(f1_score_v2(g, non_null_predictions[qid]) for g in golds)
+  has_ans, _, f1 = _raw_scores_v2(dataset, non_null_predictions)
+  has_ans = {q: h for q, h in has_ans.items() if q in f1}  # the questions it scores
   _, delta = _best_thresh(non_null_predictions, f1, null_odds, has_ans)
   r = squad_v2_evaluate(dataset, non_null_predictions, null_odds, na_prob_thresh=delta)
   out = {"tuned_null_threshold": delta, "tuned_exact": r["exact"], "tuned_f1": r["f1"]}
