@@ -5,7 +5,8 @@ r"""Flax encoder vs transformers' PyTorch model, side by side in one run.
 
 Same config, random weights, same inputs; forward and forward+backward (gradient of the sum of
 the last hidden state w.r.t. all parameters), examples/s and the ratio JAX / PyTorch (> 1: JAX
-faster). float32 on CPU; on a GPU also bfloat16 compute (float32 parameters) for JAX.
+faster). float32 on CPU; on a GPU both run there (TF32 matmuls, JAX's float32 default), and JAX
+also in bfloat16 compute (float32 parameters).
 """
 from __future__ import annotations
 
@@ -58,24 +59,29 @@ def bench_jax(shape: dict, ids, mask, steps: int, dtype: str, scan: bool):
   return t_f, t_b
 
 
-def bench_torch(shape: dict, ids, mask, steps: int):
+def bench_torch(shape: dict, ids, mask, steps: int, device: str = "cpu"):
+  """PyTorch eager on `device` (cuda: TF32 matmuls, as JAX's float32 default there)."""
   import torch
   import transformers
+  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+  sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
   kind = shape["model_type"]
   kw = {k: v for k, v in shape.items() if k != "model_type"}
   cfg_cls = {"bert": transformers.BertConfig, "albert": transformers.AlbertConfig}[kind]
   model_cls = {"bert": transformers.BertModel, "albert": transformers.AlbertModel}[kind]
   model = model_cls(cfg_cls(**kw, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-  model.eval()
-  ids_t, mask_t = torch.tensor(ids), torch.tensor(mask)
+  model.to(device).eval()
+  ids_t, mask_t = torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
   def fwd():
     with torch.no_grad():
       model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state.sum()
+    sync()
 
   def bwd():
     model.zero_grad(set_to_none=True)
     model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state.sum().backward()
+    sync()
 
   return _time(fwd, steps), _time(bwd, steps)
 
@@ -101,7 +107,7 @@ def main():
     ids = rng.integers(5, shape["vocab_size"], size=(args.batch, args.seq)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[:, int(args.seq * 0.8):] = 0  # some padding, as real batches have
-    t_tf, t_tb = bench_torch(shape, ids, mask, args.steps)
+    t_tf, t_tb = bench_torch(shape, ids, mask, args.steps, "cuda" if platform == "gpu" else "cpu")
     dtypes = ["float32"] + (["bfloat16"] if platform == "gpu" else [])
     for dtype in dtypes:
       j_f, j_b = bench_jax(shape, ids, mask, args.steps, dtype, args.scan)

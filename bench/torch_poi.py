@@ -25,11 +25,11 @@ def _minmax(s, mask):
 def coattention(e, con_start, con_end, turns=3):
   """e (B, L, D); con_start/con_end (B,) -> R (B, L, D) (forgetting integration)."""
   b, l, _ = e.shape
-  pos = torch.arange(l)[None]
+  pos = torch.arange(l, device=e.device)[None]
   m_q = (pos < con_start[:, None]).float()
   m_p = ((pos >= con_start[:, None]) & (pos <= con_end[:, None])).float()
   s_hat = m_q + m_p
-  max_p = max_q = torch.ones(b)
+  max_p = max_q = torch.ones(b, device=e.device)
   forget = None
   for t in range(turns):
     w = e * s_hat[..., None]

@@ -7,10 +7,11 @@ JAX step on 1 vs 8 simulated devices, side by side in one run.
 Model: BERT encoder + POS table + the paper's co-attention (forgetting, 3 turns) + span head,
 random weights, dropout off; one step = forward, backward, AdamW update (JAX: the engine's jitted
 step with donated state, `poi_jax.train.loop.create_run`; PyTorch: `bench/torch_poi.py`, eager,
-`torch.optim.AdamW`). The device comparison re-runs this script in subprocesses with
-``--xla_force_host_platform_device_count`` (data-parallel mesh over the simulated devices; on a
-CPU they share the same cores, so this shows the sharding overhead, not a speed-up). On a GPU the
-JAX step also runs in bfloat16 compute (float32 parameters), with its model FLOPs utilisation.
+`torch.optim.AdamW`). On a CPU the device comparison re-runs this script in subprocesses with
+``--xla_force_host_platform_device_count`` (data-parallel mesh over the simulated devices; they
+share the same cores, so this shows the sharding overhead, not a speed-up). On a GPU PyTorch runs
+there too (TF32 matmuls, as JAX's float32 default there), both also in bfloat16 (PyTorch autocast;
+JAX bfloat16 compute, float32 parameters), with the JAX bfloat16 step's model FLOPs utilisation.
 """
 from __future__ import annotations
 
@@ -84,23 +85,33 @@ def jax_step_time(batch_np, steps, dtype="float32", devices=None):
     return (time.perf_counter() - t0) / steps
 
 
-def torch_step_time(batch_np, steps):
+def torch_step_time(batch_np, steps, device="cpu", autocast_bf16=False):
+  """PyTorch eager step time on `device` (cuda: TF32 matmuls, as JAX's float32 default there;
+  `autocast_bf16`: bfloat16 autocast, float32 parameters)."""
+  import contextlib
+
   import torch
   import transformers
 
   from bench.torch_poi import PoiNetQA
   torch.manual_seed(0)
+  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
   kw = {k: v for k, v in SHAPE.items() if k != "model_type"}
-  model = PoiNetQA(transformers.BertConfig(**kw))
+  model = PoiNetQA(transformers.BertConfig(**kw)).to(device)
   opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-  batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch_np.items()}
+  batch = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in batch_np.items()}
+  cast = (torch.autocast("cuda", dtype=torch.bfloat16) if autocast_bf16
+          else contextlib.nullcontext())
 
   def one():
     opt.zero_grad(set_to_none=True)
-    loss = model(batch)
+    with cast:
+      loss = model(batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    if device != "cpu":
+      torch.cuda.synchronize()  # time the work, not the kernel launches
 
   one()
   t0 = time.perf_counter()
@@ -141,9 +152,10 @@ def main():
   print(f"# {' '.join(sys.argv)}  (jax on {platform}; POI-Net QA, BERT 6x384, batch "
         f"{args.batch} x {args.seq}; {args.steps} timed steps after one warm-up)")
   rows = []
-  t_torch = torch_step_time(batch, args.steps)
+  torch_device = "cuda" if platform == "gpu" else "cpu"  # PyTorch on the device JAX runs on
+  t_torch = torch_step_time(batch, args.steps, torch_device)
   t_jax = jax_step_time(batch, args.steps)
-  rows.append(("torch eager, 1 device", t_torch, "1.00"))
+  rows.append((f"torch eager, 1 device ({torch_device})", t_torch, "1.00"))
   rows.append(("jax jit, 1 device", t_jax, f"{t_torch / t_jax:.2f}"))
   if platform == "cpu":
     t1 = _subprocess_time(args, 1)
@@ -151,6 +163,8 @@ def main():
     rows.append(("jax jit, 1 simulated CPU device", t1, f"{t_torch / t1:.2f}"))
     rows.append(("jax jit, 8 simulated CPU devices", t8, f"{t_torch / t8:.2f}"))
   else:
+    t_tbf = torch_step_time(batch, args.steps, torch_device, autocast_bf16=True)
+    rows.append(("torch eager bf16 autocast, 1 device", t_tbf, f"{t_torch / t_tbf:.2f}"))
     t_bf = jax_step_time(batch, args.steps, dtype="bfloat16")
     rows.append(("jax jit bf16, 1 device", t_bf, f"{t_torch / t_bf:.2f}"))
   header = f"{'step':<34} {'ms/step':>9} {'examples/s':>11} {'speed vs torch':>15}"
