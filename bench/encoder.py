@@ -22,6 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from bench.torch_device import torch_device  # noqa: E402
 from poi_jax.models import encoders  # noqa: E402
 
 SHAPES = {
@@ -63,8 +64,9 @@ def bench_torch(shape: dict, ids, mask, steps: int, device: str = "cpu"):
   """PyTorch eager on `device` (cuda: TF32 matmuls, as JAX's float32 default there)."""
   import torch
   import transformers
-  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-  sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+
+  from bench.torch_device import prepare
+  sync = prepare(device)
   kind = shape["model_type"]
   kw = {k: v for k, v in shape.items() if k != "model_type"}
   cfg_cls = {"bert": transformers.BertConfig, "albert": transformers.AlbertConfig}[kind]
@@ -107,7 +109,7 @@ def main():
     ids = rng.integers(5, shape["vocab_size"], size=(args.batch, args.seq)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[:, int(args.seq * 0.8):] = 0  # some padding, as real batches have
-    t_tf, t_tb = bench_torch(shape, ids, mask, args.steps, "cuda" if platform == "gpu" else "cpu")
+    t_tf, t_tb = bench_torch(shape, ids, mask, args.steps, torch_device(platform))
     dtypes = ["float32"] + (["bfloat16"] if platform == "gpu" else [])
     for dtype in dtypes:
       j_f, j_b = bench_jax(shape, ids, mask, args.steps, dtype, args.scan)

@@ -93,9 +93,10 @@ def torch_step_time(batch_np, steps, device="cpu", autocast_bf16=False):
   import torch
   import transformers
 
+  from bench.torch_device import prepare
   from bench.torch_poi import PoiNetQA
   torch.manual_seed(0)
-  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+  sync = prepare(device)
   kw = {k: v for k, v in SHAPE.items() if k != "model_type"}
   model = PoiNetQA(transformers.BertConfig(**kw)).to(device)
   opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
@@ -110,8 +111,7 @@ def torch_step_time(batch_np, steps, device="cpu", autocast_bf16=False):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    if device != "cpu":
-      torch.cuda.synchronize()  # time the work, not the kernel launches
+    sync()
 
   one()
   t0 = time.perf_counter()
@@ -152,7 +152,8 @@ def main():
   print(f"# {' '.join(sys.argv)}  (jax on {platform}; POI-Net QA, BERT 6x384, batch "
         f"{args.batch} x {args.seq}; {args.steps} timed steps after one warm-up)")
   rows = []
-  torch_device = "cuda" if platform == "gpu" else "cpu"  # PyTorch on the device JAX runs on
+  from bench.torch_device import torch_device as device_of
+  torch_device = device_of(platform)  # PyTorch on the device JAX runs on
   t_torch = torch_step_time(batch, args.steps, torch_device)
   t_jax = jax_step_time(batch, args.steps)
   rows.append((f"torch eager, 1 device ({torch_device})", t_torch, "1.00"))

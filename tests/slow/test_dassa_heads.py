@@ -23,12 +23,12 @@ from poi_jax.train import loop
 from tests.tasks.narrativeqa_data import write_narrativeqa
 
 
-def _run(tmp_path, nqa_dir, heads, *, epochs=3.0, max_steps=-1):
+def _run(tmp_path, nqa_dir, heads, *, max_steps=-1):
   c = nqa_config.get_config("minilm")
   with c.unlocked():
     c.data.train_file = c.data.eval_file = str(nqa_dir)
     c.model.dassa.heads = heads
-    c.train.epochs, c.train.max_steps, c.train.log_every = epochs, max_steps, 20
+    c.train.epochs, c.train.max_steps, c.train.log_every = 3.0, max_steps, 20
     c.train.save_every = 100000
     c.data.narrativeqa.train_passage_tokens = c.data.narrativeqa.eval_passage_tokens = 400
   workdir = tmp_path / f"{heads}-{max_steps}"
