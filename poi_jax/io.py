@@ -6,6 +6,19 @@ import os
 import tempfile
 
 
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def default_mode(directory: bool = False) -> int:
+  """The permissions ``open`` / ``mkdir`` would give (0666 / 0777 less the umask): temporary
+  files and directories are created 0600 / 0700, which other users of a shared cluster could not
+  read once renamed into place."""
+  return (0o777 if directory else 0o666) & ~_umask()
+
+
 def write_json_atomic(path: str, obj, *, sort_keys: bool = False) -> None:
   """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``, so
   a reader (or a run killed mid-write) never sees a half-written file."""
@@ -15,6 +28,7 @@ def write_json_atomic(path: str, obj, *, sort_keys: bool = False) -> None:
   try:
     with os.fdopen(fd, "w") as f:
       json.dump(obj, f, indent=2, sort_keys=sort_keys)
+    os.chmod(tmp, default_mode())
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

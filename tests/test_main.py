@@ -132,3 +132,19 @@ def test_each_task_describes_its_own_head(tmp_path, config, head):
   r = _main(f"--config={config}", f"--workdir={tmp_path}")
   assert r.returncode == 0, r.stderr
   assert head in r.stdout and "parameters over the encoder" in r.stdout
+
+
+@pytest.mark.parametrize("task,read", [("squad2", "read_squad"), ("race", "read_race")])
+def test_tiny_variants_evaluate_on_passages_they_did_not_train_on(task, read):
+  import importlib
+  from poi_jax import tasks
+  from poi_jax.data import readers
+  c = importlib.import_module(f"configs.{task}").get_config("tiny")
+  load = getattr(readers, read)
+  train = tasks.cap(load(c.data.train_file), c.data.max_train_examples)
+  evaluation = tasks.cap(load(c.data.eval_file), c.data.max_eval_examples,
+                         c.data.skip_eval_examples)
+  text = (lambda r: r.context) if task == "squad2" else (lambda r: r.passage)
+  assert len(evaluation) == c.data.max_eval_examples
+  assert not {text(r) for r in train} & {text(r) for r in evaluation}
+  assert not {r.qid for r in train} & {r.qid for r in evaluation}

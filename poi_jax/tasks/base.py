@@ -37,15 +37,18 @@ class Task:
     metric: key of ``evaluate``'s result that selects the best checkpoint.
     read: ``(config, split) -> records`` with ``split`` in {"train", "eval", "predict"} (files
       ``data.train_file``, ``data.eval_file``, ``data.predict_file``; "predict" need not have
-      answers); validates the input and raises a clear error (file, record, field) before any
-      compute.
+      answers, "eval" must: an evaluation that cannot be scored fails here, before training);
+      validates the input and raises a clear error (file, record, field) before any compute.
     featurize: ``(records, tokenizer, config, is_training) -> Features`` (``arrays``: dict of
       ``(N, ...)`` numpy arrays, ``meta``: whatever ``evaluate`` needs).
     build_model: ``(config, rngs) -> nnx.Module`` with random weights (see the module docstring).
     load_pretrained: ``(model, checkpoint) -> report``: loads ``model.init_from`` into the model.
-    evaluate: ``(config, records, features, outputs, workdir) -> dict of scores``; writes the
-      predictions into ``workdir`` atomically. ``outputs``: the model's outputs over all features,
-      as numpy arrays with leading axis N.
+    evaluate: ``(config, records, features, outputs, out_dir, *, score=True) -> dict of
+      scores``; writes the predictions (and, when scoring, the gold it scored against where the
+      official format has one) into ``out_dir``; ``score=False`` (predict mode): predictions
+      only, returns ``{}``. Scores come from ``records`` (never by re-reading a file), so every
+      source, TFDS included, and every cap is scored. ``outputs``: the model's outputs over all
+      features, as numpy arrays with leading axis N.
     model_keys: the feature arrays the model reads (others stay on the host).
     export_pretrained: ``(model, directory, tokenizer) -> None`` or None: the fine-tuned encoder
       as a HuggingFace directory.
@@ -112,6 +115,7 @@ def local_path(config: Config, split: str) -> str:
   return path
 
 
-def cap(records: list, n: int | None) -> list:
-  """The first ``n`` records (``n`` None or negative: all)."""
+def cap(records: list, n: int | None, skip: int = 0) -> list:
+  """``n`` records after the first ``skip`` (``n`` None or negative: all after ``skip``)."""
+  records = records[skip:] if skip > 0 else records
   return records if n is None or n < 0 else records[:n]

@@ -75,11 +75,13 @@ def build_model(config, rngs):
                    f"(known: poi, duma, none)")
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   del config, records
   logits = np.asarray(outputs["logits"])
   preds = {qid: int(p) for qid, p in zip(features.meta["ids"], logits.argmax(-1))}
   write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  if not score:
+    return {}  # predict mode: predictions only
   return choice.choice_accuracy(logits, features.arrays["labels"], features.meta["levels"])
 
 

@@ -227,7 +227,7 @@ def export_pretrained(model, directory, tokenizer=None):
     encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   del records
   from poi_jax.models import qanet_dassa
   meta = features.meta
@@ -246,8 +246,8 @@ def evaluate(config, records, features, outputs, workdir):
       s, e = qanet_dassa.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
       preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
   write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  if not config.data.eval_file:
-    return {}  # predict mode
+  if not score:
+    return {}  # predict mode: predictions only
   return rouge_bleu.narrativeqa_scores(preds, meta["references"])
 
 

@@ -87,12 +87,15 @@ def export_pretrained(model, directory, tokenizer=None):
   encoders.export_pretrained(model.bert, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   preds = nq_eval.decode_nq(records, features, outputs,
                             max_answer_length=config.eval.max_answer_length)
   write_json_atomic(os.path.join(workdir, "predictions.json"), {"predictions": preds})
+  if not score:
+    return {}  # predict mode: predictions only
   if not any(r.annotations for r in records):
-    return {}  # predict mode on a file without answers
+    raise ValueError(f"data.eval_file={config.data.eval_file!r} has no annotations to score "
+                     f"against; use --mode=predict for predictions only")
   n = config.data.nq
   return nq_eval.nq_metrics(nq_eval.gold_labels(records), preds,
                             long_non_null_threshold=n.long_non_null_threshold,

@@ -1,7 +1,6 @@
 """SQuAD 1.1 / 2.0 (extractive): POI-Net or the plain encoder, official SQuAD metrics."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 
@@ -117,8 +116,22 @@ def restrict(dataset: list, qids: set) -> list:
   return out
 
 
+def gold_dataset(records) -> list[dict]:
+  """The SQuAD ``data`` list of exactly the evaluated ``records`` (one paragraph per question,
+  grouped by title), built from the records so that TFDS sources and capped files are scored
+  alike; written beside the predictions as ``gold.json``, so the official evaluator scores the
+  run as it is."""
+  articles: dict[str, list] = {}
+  for r in records:
+    qa = {"id": r.qid, "question": r.question, "answers": list(r.answers)}
+    if r.is_impossible:
+      qa["is_impossible"] = True
+    articles.setdefault(r.title, []).append({"context": r.context, "qas": [qa]})
+  return [{"title": title, "paragraphs": paras} for title, paras in articles.items()]
+
+
 def _evaluate(version_2: bool):
-  def evaluate(config, records, features, outputs, workdir):
+  def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
     e = config.eval
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
@@ -127,12 +140,14 @@ def _evaluate(version_2: bool):
         null_score_diff_threshold=e.null_score_diff_threshold)
     write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
     write_json_atomic(os.path.join(workdir, "nbest_predictions.json"), nbest)
-    if not config.data.eval_file or not os.path.exists(config.data.eval_file):
-      return {}  # predict mode on a file without answers
-    with open(config.data.eval_file) as f:
-      dataset = restrict(json.load(f)["data"], {r.qid for r in records})
     if version_2:
       write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
+    if not score:
+      return {}  # predict mode: predictions only
+    dataset = gold_dataset(records)
+    write_json_atomic(os.path.join(workdir, "gold.json"), {"version": "v2.0" if version_2
+                                                           else "1.1", "data": dataset})
+    if version_2:
       results = squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
       if odds:  # the paper's δ, fitted on this set (tuned_*; see eval.squad)
         results.update(squad.tuned_null_threshold(dataset, spans.best_non_null(nbest), odds))

@@ -22,6 +22,7 @@ gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. 
 """
 from __future__ import annotations
 
+import signal
 import time
 
 import jax
@@ -40,23 +41,28 @@ __all__ = ["MODES", "Preempted", "train_and_evaluate"]
 
 
 class Preempted(RuntimeError):
-  """Raised after the checkpoint of a run stopped by SIGTERM has been written."""
+  """Raised after the checkpoint of a run stopped by SIGTERM or Ctrl-C has been written;
+  ``signum`` is the signal (the entry point exits with 128 + signum: 143, 130)."""
+
+  def __init__(self, message: str, signum: int):
+    super().__init__(message)
+    self.signum = signum
 
 
-def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval") -> dict:
-  """Runs ``mode`` and returns the last eval results. Raises `Preempted` after SIGTERM (the
-  checkpoint is saved; run the same command again to resume)."""
-  run = setup_run(config, workdir, mode)
+def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval", *,
+                       output_dir: str = "") -> dict:
+  """Runs ``mode`` and returns the last eval results. Raises `Preempted` after SIGTERM or
+  Ctrl-C (the checkpoint is saved; run the same command again to resume). ``output_dir``: where
+  ``eval`` / ``predict`` write (default ``<workdir>/<mode>/<data name>-<step>``)."""
+  run = setup_run(config, workdir, mode, output_dir)
   config = run.config
-  run.writer = MetricWriter(workdir, enabled=run.is_chief)
+  # Only training appends to the run's metrics; eval / predict write into their own directory.
+  run.writer = MetricWriter(workdir, enabled=run.is_chief and run.train is not None)
   results: dict = {}
   with jax.set_mesh(run.mesh):
     run.sharded = step_lib.create_sharded_state(run.model, run.optimizer, run.mesh,
                                                 config.mesh.rules, run.batch_ndims())
     run.model = run.optimizer = None  # the placed state is the only copy from here on
-    run.checkpointer = ckpt_lib.Checkpointer(workdir, keep=config.train.keep_checkpoints,
-                                             best_metric=run.best_metric,
-                                             higher_is_better=run.task.higher_is_better)
     try:
       if run.train is not None:
         results = train(run, evaluate_at_end=mode == "train_and_eval")
@@ -71,25 +77,20 @@ def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval") -> di
 
 
 def _evaluate_checkpoint(run: Run) -> dict:
-  """``eval`` / ``predict``: the best checkpoint, else the latest, else the initial weights."""
-  checkpointer = run.checkpointer
-  step = checkpointer.best_step() or checkpointer.latest_step()
+  """``eval`` / ``predict``: the best checkpoint, else the latest, else ``model.init_from``
+  (setup refused a workdir with neither)."""
+  step = run.checkpointer.evaluated_step()
   if step is not None:
-    run.sharded.state, _ = checkpointer.restore(step, run.sharded.state)
+    run.sharded.state, _ = run.checkpointer.restore(step, run.sharded.state)
     print(f"evaluating checkpoint {step}")
   else:
-    print("no checkpoint in the workdir: evaluating the initial weights")
-  eval_config = run.config
-  if run.mode == "predict":
-    eval_config = run.config.copy_and_resolve_references()
-    with eval_config.unlocked():
-      eval_config.data.eval_file = ""  # predictions only, no scoring
-  return eval_lib.evaluate(run, step=step or 0, config=eval_config, save=False)
+    print(f"no checkpoint in the workdir: evaluating model.init_from={run.config.model.init_from}")
+  return eval_lib.evaluate(run, step=step or 0, save=False)
 
 
 def train(run: Run, *, evaluate_at_end: bool) -> dict:
   """The training loop: resume, step, log, evaluate every ``train.eval_every`` steps (default:
-  each epoch), checkpoint, stop cleanly on SIGTERM."""
+  each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C."""
   config, sharded, checkpointer, writer = run.config, run.sharded, run.checkpointer, run.writer
   arrays = run.task.model_arrays(run.train.features.arrays)
   loader = TrainLoader(arrays, config.train.batch_size, seed=config.seed,
@@ -105,6 +106,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
     loader.set_state(meta["loader"])
     step = int(meta["step"])
     print(f"resumed from checkpoint {step} in {run.workdir}")
+  writer.resume(step)  # rows a killed run logged past its last checkpoint go
 
   def meta():
     return {"step": step, "loader": loader.get_state(), "epoch": loader.epoch(step)}
@@ -112,7 +114,10 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   results: dict = {}
   bar = tqdm(total=micro_total, initial=step, desc="train", unit="step", dynamic_ncols=True,
              disable=not run.is_chief)
-  t0, done_at_t0 = time.time(), step
+  # Throughput over the steps since the last log, excluding compilation (the timer starts after
+  # the first step) and evaluations / checkpoint saves (it restarts after them).
+  timer = [time.time(), step]
+  first_step = step + 1
   window: list = []
   with ckpt_lib.PreemptionWatcher() as watcher:
     while step < micro_total:
@@ -121,15 +126,23 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       step += 1
       bar.update(1)
       window.append(out)
+      if step == first_step:  # compiled and ran: time from here
+        jax.block_until_ready(out)
+        timer = [time.time(), step]
       if step % config.train.log_every == 0 or step == micro_total:
         vals = jax.device_get(window)
         loss = float(np.mean([v["loss"] for v in vals]))
         gnorm = float(np.mean([v["grad_norm"] for v in vals]))
         window = []
-        eps = (step - done_at_t0) * config.train.batch_size / max(time.time() - t0, 1e-9)
-        bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{eps:.1f}", epoch=f"{loader.epoch(step):.2f}")
+        rate = {}
+        if step > timer[1]:
+          rate["examples_per_s"] = ((step - timer[1]) * config.train.batch_size
+                                    / max(time.time() - timer[0], 1e-9))
+        timer = [time.time(), step]
+        bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{rate.get('examples_per_s', 0.0):.1f}",
+                        epoch=f"{loader.epoch(step):.2f}")
         writer.write(step, loss=loss, lr=float(run.schedule(step // run.accum)), grad_norm=gnorm,
-                     examples_per_s=eps, epoch=loader.epoch(step))
+                     epoch=loader.epoch(step), **rate)
       evaluated = False
       if has_eval and (step % eval_every == 0) and step < micro_total:
         results = eval_lib.evaluate(run, step=step, meta_fn=meta)
@@ -138,11 +151,15 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       if not evaluated and not final_eval and (step % config.train.save_every == 0
                                                or step == micro_total):
         checkpointer.save(step, sharded.state, meta())  # (the final eval saves with its metrics)
+      if evaluated or step % config.train.save_every == 0:
+        timer = [time.time(), step]
       if watcher.requested():
         checkpointer.save(step, sharded.state, meta())
         bar.close()
-        print(f"SIGTERM: checkpoint {step} saved in {run.workdir}; run again to resume")
-        raise Preempted(f"preempted at step {step}")
+        signum = watcher.signum or signal.SIGTERM  # (another process got it)
+        print(f"{signal.Signals(signum).name}: checkpoint {step} saved in {run.workdir}; run the "
+              f"same command again to resume")
+        raise Preempted(f"stopped at step {step}", signum)
   bar.close()
   if evaluate_at_end and has_eval:
     results = eval_lib.evaluate(run, step=step, meta_fn=meta)
