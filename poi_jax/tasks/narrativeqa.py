@@ -15,7 +15,7 @@ import numpy as np
 
 from poi_jax.data.features import oracle
 from poi_jax.data.features import views as views_lib
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.data.readers import narrativeqa as reader
 from poi_jax.eval import rouge_bleu, spans
 from poi_jax.tasks import base

@@ -19,24 +19,15 @@ consecutive chunks of examples (`poi_jax.data.parallel`) into exactly the single
 """
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import functools
-
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
+from poi_jax.data.features.base import Features, trim_span
+from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, original_ids
 from poi_jax.data.records import SquadExample
 
 # Bump when the features this module builds change (the cache key includes it).
 FEATURE_VERSION = 2
-POS_ALIGNMENTS = ("offsets", "original")
-
-
-@dataclasses.dataclass
-class Features:
-  arrays: dict[str, np.ndarray]
-  meta: dict
 
 
 def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
@@ -46,58 +37,6 @@ def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
   return question[:enc["offset_mapping"][max_query_length - 1][1]]
 
 
-@functools.lru_cache(maxsize=256)
-def _word_spans(text: str, word_tags) -> tuple[list[int], list[tuple[int, int, str, int]]]:
-  """``(starts, spans)``: ``(start, end, tag, word index)`` of each NLTK word found in ``text``
-  (NLTK rewrites quotes as ``` `` ``` / ``''``: map them back). Cached: a passage is aligned
-  once per option and per question."""
-  spans, pos = [], 0
-  low = text.lower()
-  for k, (word, tag) in enumerate(word_tags):
-    candidates = [word] + ({"``": ['"', "''"], "''": ['"', "``"]}.get(word, []))
-    found = -1
-    for c in candidates:
-      found = low.find(c, pos)
-      if found >= 0:
-        spans.append((found, found + len(c), tag, k))
-        pos = found + len(c)
-        break
-  return [sp[0] for sp in spans], spans
-
-
-def offset_word_indices(text: str, offsets, word_tags) -> list[int]:
-  """The index of the NLTK word whose character span covers each sub-token's first non-space
-  character (-1 when none does, and for empty or all-space sub-tokens)."""
-  starts, spans = _word_spans(text, tuple(word_tags))
-  out = []
-  for s, e in offsets:
-    s, e = _trim(text, s, e)
-    i = bisect.bisect_right(starts, s) - 1
-    if e > s and i >= 0 and spans[i][0] <= s < spans[i][1]:
-      out.append(spans[i][3])
-    else:
-      out.append(-1)
-  return out
-
-
-def offset_tags(text: str, offsets, word_tags) -> list[int]:
-  """`offsets` alignment: each sub-token takes the tag of the NLTK word whose character span
-  covers its first non-space character (38 when none does, and for empty or all-space
-  sub-tokens)."""
-  return [pos_lib.OTHER_ID if k < 0 else pos_lib.tag_id(word_tags[k][1])
-          for k in offset_word_indices(text, offsets, word_tags)]
-
-
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-  """The span without surrounding whitespace: byte-level BPE tokenizers (RoBERTa) whose
-  post-processor does not trim offsets include the space a ``Ġword`` token starts with."""
-  while start < end and text[start].isspace():
-    start += 1
-  while end > start and text[end - 1].isspace():
-    end -= 1
-  return start, end
-
-
 def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_length: int,
                   pos_alignment: str = "offsets") -> None:
   """Raises ValueError for options the tokenizer cannot honour (before any tokenising).
@@ -105,8 +44,7 @@ def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_
   The context room of a window is ``max_seq_length - question - special tokens``; the fast
   tokenizer needs ``doc_stride`` below it (it panics otherwise) for the longest question.
   """
-  if pos_alignment not in POS_ALIGNMENTS:
-    raise ValueError(f"data.pos_alignment={pos_alignment!r}; choose one of {POS_ALIGNMENTS}")
+  check_pos_alignment(pos_alignment)
   if not getattr(tokenizer, "is_fast", False):
     raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the features need "
                      f"its offsets (return_offsets_mapping)")
@@ -116,21 +54,6 @@ def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_
         f"data.doc_stride={doc_stride} must be smaller than the context room of a window, "
         f"max_seq_length ({max_seq_length}) - max_query_length ({max_query_length}) - special "
         f"tokens ({tokenizer.num_special_tokens_to_add(pair=True)}) = {room}")
-
-
-def original_ids(tokenizer, token_ids, word_tags, past_end: list, record_id: str,
-                 field: str) -> list[int]:
-  """`pos.align_original` on the tokenizer's sub-token strings. Where the released code would
-  fail (IndexError: a sub-token at the last NLTK word that is not in it) the last word's tag is
-  kept and ``"<record_id>:<field>"`` is appended to ``past_end`` (reported in the meta)."""
-  subtokens = tokenizer.convert_ids_to_tokens(list(token_ids))
-  if not word_tags:
-    return [pos_lib.OTHER_ID] * len(subtokens)
-  try:
-    return pos_lib.align_original(subtokens, word_tags)
-  except IndexError:
-    past_end.append(f"{record_id}:{field}")
-    return pos_lib.align_original(subtokens, word_tags, strict=False)
 
 
 def _window_start(full_offsets, window_offsets, guess: int) -> int:
@@ -193,8 +116,8 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
         first_window_len = None
     for w in range(len(enc["input_ids"])):
       seq = enc.sequence_ids(w)
-      offs = [_trim(ex.context, *o) if s == 1 else _trim(question, *o) if s == 0 else tuple(o)
-              for o, s in zip(enc["offset_mapping"][w], seq)]
+      offs = [trim_span(ex.context, *o) if s == 1 else trim_span(question, *o) if s == 0
+              else tuple(o) for o, s in zip(enc["offset_mapping"][w], seq)]
       ctx = [i for i, s in enumerate(seq) if s == 1]
       n_real = sum(enc["attention_mask"][w])
       first_sep = next(i for i, s in enumerate(seq) if i > 0 and s is None)

@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 
 from poi_jax.data.features import nq_graph
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.data.readers.nq import NqExample
 from poi_jax.layers import graph as g
 
