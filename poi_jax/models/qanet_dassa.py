@@ -16,9 +16,10 @@ Encoder block (pre-LN): ``x += sinusoid``; each conv ``x += ReLU(pw(dw(LN x)))``
 reason: conv inputs are zeroed on padding (so a row's result does not depend on the padding
 contents), and the standard blocks' attention uses one masked softmax (-1e32 fill) for all rows.
 
-Word and character ids, and the GloVe file, come from `poi_jax.data.features.vocab`; span
-decoding is `poi_jax.eval.spans.best_spans`. Word embeddings from a GloVe file are frozen (a `FrozenEmbedding` variable, outside
-``nnx.Param``, so the optimizer never updates them), as in the paper; random ones train.
+Word embeddings from a GloVe file are frozen (a `FrozenEmbedding` variable, outside
+``nnx.Param``, so the optimizer never updates them), as in the paper; random ones train. Word and
+character ids, and the GloVe file, come from `poi_jax.data.features.vocab`; span decoding is
+`poi_jax.eval.spans.best_spans`.
 """
 from __future__ import annotations
 

@@ -19,6 +19,8 @@ consecutive chunks of examples (`poi_jax.data.parallel`) into exactly the single
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
@@ -67,6 +69,10 @@ def _window_start(full_offsets, window_offsets, guess: int) -> int:
   raise RuntimeError("a window's context tokens are not a slice of the context's tokens")
 
 
+_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start", "con_end",
+            "start_positions", "end_positions", "example_index", "offsets")
+
+
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
                               doc_stride: int, max_query_length: int, is_training: bool,
                               with_pos: bool = True, pos_alignment: str = "offsets") -> Features:
@@ -81,85 +87,125 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
   """
   check_options(tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride,
                 max_query_length=max_query_length, pos_alignment=pos_alignment)
-  length = max_seq_length
-  cols = {k: [] for k in ("input_ids", "attention_mask", "token_type_ids", "pos_tags",
-                          "con_start", "con_end", "start_positions", "end_positions",
-                          "example_index", "offsets")}
+  cols = {k: [] for k in _COLUMNS}
   skipped, past_end = [], []
   for ei, ex in enumerate(examples):
-    answer = None
-    if not ex.is_impossible and ex.answers:
-      a = ex.answers[0]
-      if ex.context[a["answer_start"]:a["answer_start"] + len(a["text"])] != a["text"]:
-        skipped.append(ex.qid)
-        if is_training:
-          continue
-      else:
-        answer = (a["answer_start"], a["answer_start"] + len(a["text"]))
+    answer, mismatch = _checked_answer(ex)
+    if mismatch:
+      skipped.append(ex.qid)
+      if is_training:
+        continue
     question = _truncate_question(tokenizer, ex.question, max_query_length)
     enc = tokenizer(question, ex.context, truncation="only_second", max_length=max_seq_length,
                     stride=doc_stride, return_overflowing_tokens=True,
                     return_offsets_mapping=True, padding="max_length",
                     return_token_type_ids=True)
-    if with_pos:
-      # The whole question is tagged (as the released code does): cutting it first would change
-      # the tagger's context for its last words. The kept question is a prefix of it, so the
-      # offsets index both.
-      q_tags = pos_lib.tag_words(ex.question)
-      c_tags = pos_lib.tag_words(ex.context)
-      if pos_alignment == "original":
-        q_orig = None
-        full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
-        full_offsets = [tuple(o) for o in full["offset_mapping"]]
-        c_orig = original_ids(tokenizer, full["input_ids"], c_tags, past_end, ex.qid,
-                              "context")
-        first_window_len = None
+    pos = _ExamplePos.build(tokenizer, ex, pos_alignment, past_end) if with_pos else None
     for w in range(len(enc["input_ids"])):
-      seq = enc.sequence_ids(w)
-      offs = [trim_span(ex.context, *o) if s == 1 else trim_span(question, *o) if s == 0
-              else tuple(o) for o, s in zip(enc["offset_mapping"][w], seq)]
-      ctx = [i for i, s in enumerate(seq) if s == 1]
-      n_real = sum(enc["attention_mask"][w])
-      first_sep = next(i for i, s in enumerate(seq) if i > 0 and s is None)
-      con_end = n_real - 1
-      offsets = np.full((length, 2), -1, np.int32)
-      for i in ctx:
-        offsets[i] = offs[i]
-      start = end = 0
-      if answer is not None and ctx:
-        c0, c1 = offsets[ctx[0], 0], offsets[ctx[-1], 1]
-        if c0 <= answer[0] and answer[1] <= c1:
-          start = next(i for i in ctx if offs[i][1] > answer[0])
-          end = next(i for i in reversed(ctx) if offs[i][0] < answer[1])
-      tags = np.zeros(length, np.int32)
-      if with_pos:
-        q_idx = [i for i, s in enumerate(seq) if s == 0]
-        if pos_alignment == "offsets":
-          tags[q_idx] = offset_tags(ex.question, [offs[i] for i in q_idx], q_tags)
-          tags[ctx] = offset_tags(ex.context, [offs[i] for i in ctx], c_tags)
-        else:
-          if q_orig is None:  # the same question tokens in every window
-            q_orig = original_ids(tokenizer, [enc["input_ids"][w][i] for i in q_idx], q_tags,
-                                  past_end, ex.qid, "question")
-          tags[q_idx] = q_orig
-          if ctx:
-            window = [tuple(enc["offset_mapping"][w][i]) for i in ctx]
-            if first_window_len is None:
-              first_window_len = len(ctx)
-            k = _window_start(full_offsets, window, w * (first_window_len - doc_stride))
-            tags[ctx] = c_orig[k:k + len(ctx)]
-        special = [i for i, s in enumerate(seq) if s is None and i < n_real]
-        tags[special] = pos_lib.SPECIAL_ID
-      cols["input_ids"].append(enc["input_ids"][w])
-      cols["attention_mask"].append(enc["attention_mask"][w])
-      cols["token_type_ids"].append(enc["token_type_ids"][w])
-      cols["pos_tags"].append(tags)
-      cols["con_start"].append(first_sep)
-      cols["con_end"].append(con_end)
-      cols["start_positions"].append(start)
-      cols["end_positions"].append(end)
-      cols["example_index"].append(ei)
-      cols["offsets"].append(offsets)
+      row = _window_row(enc, w, ex, question, answer, max_seq_length)
+      if pos is not None:
+        row["pos_tags"] = pos.window_tags(tokenizer, enc, w, row, doc_stride, past_end)
+      row["example_index"] = ei
+      for k in _COLUMNS:
+        cols[k].append(row[k])
+  return _assemble(cols, max_seq_length, skipped, past_end)
+
+
+def _checked_answer(ex: SquadExample) -> tuple[tuple[int, int] | None, bool]:
+  """``(answer, mismatch)``: the first answer's character span ``[start, end)`` (None for an
+  unanswerable question, and when the answer's text does not match the context at
+  ``answer_start``: then ``mismatch`` is True)."""
+  if ex.is_impossible or not ex.answers:
+    return None, False
+  a = ex.answers[0]
+  if ex.context[a["answer_start"]:a["answer_start"] + len(a["text"])] != a["text"]:
+    return None, True
+  return (a["answer_start"], a["answer_start"] + len(a["text"])), False
+
+
+def _window_row(enc, w: int, ex: SquadExample, question: str, answer, length: int) -> dict:
+  """Window ``w`` of one example's encoding: its token columns, ``con_start``/``con_end``, the
+  answer's token positions (0 = [CLS] when it is not inside the window), the context tokens'
+  ``offsets (L, 2)`` (-1 elsewhere), zero ``pos_tags``, and for the POS step ``offs`` (every
+  token's trimmed span), ``seq`` (sequence ids), ``ctx`` (context token indices), ``n_real``."""
+  seq = enc.sequence_ids(w)
+  offs = [trim_span(ex.context, *o) if s == 1 else trim_span(question, *o) if s == 0
+          else tuple(o) for o, s in zip(enc["offset_mapping"][w], seq)]
+  ctx = [i for i, s in enumerate(seq) if s == 1]
+  n_real = sum(enc["attention_mask"][w])
+  first_sep = next(i for i, s in enumerate(seq) if i > 0 and s is None)
+  offsets = np.full((length, 2), -1, np.int32)
+  for i in ctx:
+    offsets[i] = offs[i]
+  start = end = 0
+  if answer is not None and ctx:
+    c0, c1 = offsets[ctx[0], 0], offsets[ctx[-1], 1]
+    if c0 <= answer[0] and answer[1] <= c1:
+      start = next(i for i in ctx if offs[i][1] > answer[0])
+      end = next(i for i in reversed(ctx) if offs[i][0] < answer[1])
+  return {"input_ids": enc["input_ids"][w], "attention_mask": enc["attention_mask"][w],
+          "token_type_ids": enc["token_type_ids"][w], "pos_tags": np.zeros(length, np.int32),
+          "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
+          "end_positions": end, "offsets": offsets, "offs": offs, "seq": seq, "ctx": ctx,
+          "n_real": n_real}
+
+
+@dataclasses.dataclass
+class _ExamplePos:
+  """One example's NLTK tags and, for ``pos_alignment="original"``, the whole context's aligned
+  tag ids (cut into each window) and the question's (the same in every window)."""
+  question: str
+  context: str
+  qid: str
+  alignment: str
+  q_tags: list
+  c_tags: list
+  full_offsets: list | None = None
+  c_orig: list | None = None
+  q_orig: list | None = None
+  first_window_len: int | None = None
+
+  @classmethod
+  def build(cls, tokenizer, ex: SquadExample, alignment: str, past_end: list) -> "_ExamplePos":
+    # The whole question is tagged (as the released code does): cutting it first would change
+    # the tagger's context for its last words. The kept question is a prefix of it, so the
+    # offsets index both.
+    pos = cls(ex.question, ex.context, ex.qid, alignment, pos_lib.tag_words(ex.question),
+              pos_lib.tag_words(ex.context))
+    if alignment == "original":
+      full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
+      pos.full_offsets = [tuple(o) for o in full["offset_mapping"]]
+      pos.c_orig = original_ids(tokenizer, full["input_ids"], pos.c_tags, past_end, ex.qid,
+                                "context")
+    return pos
+
+  def window_tags(self, tokenizer, enc, w: int, row: dict, doc_stride: int,
+                  past_end: list) -> np.ndarray:
+    """``row["pos_tags"]`` filled for window ``w``: question and context tokens by the
+    alignment, the special tokens `pos.SPECIAL_ID`."""
+    seq, offs, ctx, tags = row["seq"], row["offs"], row["ctx"], row["pos_tags"]
+    q_idx = [i for i, s in enumerate(seq) if s == 0]
+    if self.alignment == "offsets":
+      tags[q_idx] = offset_tags(self.question, [offs[i] for i in q_idx], self.q_tags)
+      tags[ctx] = offset_tags(self.context, [offs[i] for i in ctx], self.c_tags)
+    else:
+      if self.q_orig is None:  # the same question tokens in every window
+        self.q_orig = original_ids(tokenizer, [enc["input_ids"][w][i] for i in q_idx],
+                                   self.q_tags, past_end, self.qid, "question")
+      tags[q_idx] = self.q_orig
+      if ctx:
+        window = [tuple(enc["offset_mapping"][w][i]) for i in ctx]
+        if self.first_window_len is None:
+          self.first_window_len = len(ctx)
+        k = _window_start(self.full_offsets, window, w * (self.first_window_len - doc_stride))
+        tags[ctx] = self.c_orig[k:k + len(ctx)]
+    special = [i for i, s in enumerate(seq) if s is None and i < row["n_real"]]
+    tags[special] = pos_lib.SPECIAL_ID
+    return tags
+
+
+def _assemble(cols: dict, length: int, skipped: list, past_end: list) -> Features:
+  """The per-window columns as int32 arrays ``(N, L)`` / ``(N,)``; offsets to the meta."""
   arrays = {}
   for k in ("input_ids", "attention_mask", "token_type_ids", "pos_tags"):
     arrays[k] = np.asarray(cols[k], np.int32).reshape(-1, length)
