@@ -16,18 +16,17 @@ run got SIGTERM and saved a checkpoint (run the same command again to resume).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poi_jax.data.pos import NltkResourceError
 from poi_jax import tasks
-from poi_jax.models import build, encoders
+from poi_jax.data.pos import NltkResourceError
+from poi_jax.io import write_json_atomic
+from poi_jax.models import encoders
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
@@ -48,40 +47,15 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what schedulers expect from a termin
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def write_json_atomic(path: str, obj) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-  with os.fdopen(fd, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
-
-
-def describe(config, workdir: str) -> int:
-  """Writes the resolved config, prints it and the model's parameter count (for models on a
-  pretrained encoder: the encoder's and what the head adds over it); returns the count."""
+def describe(config, workdir: str) -> str:
+  """Writes the resolved config to ``<workdir>/config.json`` and returns the task's description of
+  the model (parameter counts; `poi_jax.tasks.base.Task.describe`)."""
   os.makedirs(workdir, exist_ok=True)
-  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict(), sort_keys=True)
   print(config)
-  model = tasks.abstract_model(config)
-  n = build.parameter_count(model)
-  # The pretrained encoder is `model.encoder`, or `model.bert` where `encoder` mirrors another
-  # original's names (the NQ graph encoder).
-  encoder = next((m for m in (getattr(model, "encoder", None), getattr(model, "bert", None))
-                  if isinstance(getattr(m, "config", None), encoders.EncoderConfig)), None)
-  enc_cfg = getattr(encoder, "config", None)
-  if encoder is not None:
-    n_enc = build.parameter_count(encoder)
-    print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
-          f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
-    m = config.model
-    detail = {"duma": lambda: f"DUMA {m.duma.variant}, k={m.duma.num_layers}",
-              "poi": lambda: f"co-attention {m.coattention.variant}"}.get(m.head, lambda: None)()
-    pos = getattr(model, "pos_embeddings", None) is not None
-    print(f"head: {m.head} ({(detail + ', ') if detail else ''}POS embedding "
-          f"{'on' if pos else 'off'}): {n - n_enc:,} parameters over the encoder")
-  else:
-    print(f"model: {type(model).__name__} (no pretrained encoder)")
-  print(f"parameters: {n:,}")
-  return n
+  summary = tasks.get_task(config.task).describe(config, tasks.abstract_model(config))
+  print(summary)
+  return summary
 
 
 def init_distributed() -> None:

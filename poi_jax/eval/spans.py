@@ -1,11 +1,8 @@
-"""n-best span decoding across windows, SQuAD 2.0 null scores, the best start <= end pair of
-one sequence (`best_spans`), and atomic prediction files."""
+"""n-best span decoding across windows, SQuAD 2.0 null scores, and the best start <= end pair
+of one sequence (`best_spans`)."""
 from __future__ import annotations
 
 import collections
-import json
-import os
-import tempfile
 
 import numpy as np
 
@@ -78,18 +75,3 @@ def best_non_null(nbest: dict[str, list]) -> dict[str, str]:
   """The best non-empty answer of each question of ``decode_squad``'s n-best lists ("" when a
   question has no span candidate)."""
   return {qid: next((c["text"] for c in cands if c["text"]), "") for qid, cands in nbest.items()}
-
-
-def write_json_atomic(path: str, obj) -> None:
-  """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``."""
-  d = os.path.dirname(os.path.abspath(path))
-  os.makedirs(d, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise

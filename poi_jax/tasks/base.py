@@ -52,6 +52,10 @@ class Task:
     higher_is_better: for ``metric``.
     needs_tokenizer: bool, or ``config -> bool``; False for models with their own vocabulary
       (QANet + GloVe): the engine then passes ``tokenizer=None`` to ``featurize``.
+    encoder_attr: the attribute of the model holding its pretrained encoder (``encoder``;
+      ``bert`` where the model mirrors an original's names), for parameter counts.
+    describe_head: ``(config, model) -> str``: one line naming the head and its options, printed
+      with the parameter count (default: ``model.head``).
   """
   name: str
   metric: str
@@ -64,10 +68,30 @@ class Task:
   export_pretrained: Callable[..., None] | None = None
   higher_is_better: bool = True
   needs_tokenizer: bool | Callable[[Config], bool] = True
+  encoder_attr: str = "encoder"
+  describe_head: Callable[[Config, nnx.Module], str] | None = None
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
                 else self.needs_tokenizer)
+
+  def describe(self, config: Config, model: nnx.Module) -> str:
+    """The model's parameter count: for a model on a pretrained encoder, the encoder's and what
+    the head adds over it."""
+    from poi_jax.models import build, encoders
+    n = build.parameter_count(model)
+    encoder = getattr(model, self.encoder_attr, None)
+    enc_cfg = getattr(encoder, "config", None)
+    if not isinstance(enc_cfg, encoders.EncoderConfig):
+      return f"model: {type(model).__name__} (no pretrained encoder)\nparameters: {n:,}"
+    n_enc = build.parameter_count(encoder)
+    head = (self.describe_head(config, model) if self.describe_head is not None
+            else config.model.head)
+    return "\n".join([
+        f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
+        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters",
+        f"head: {head}: {n - n_enc:,} parameters over the encoder",
+        f"parameters: {n:,}"])
 
   def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k in self.model_keys}

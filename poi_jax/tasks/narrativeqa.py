@@ -19,6 +19,7 @@ from poi_jax.data.features import vocab as vocab_lib
 from poi_jax.data.features.base import Features
 from poi_jax.data.readers import narrativeqa as reader
 from poi_jax.eval import rouge_bleu, spans
+from poi_jax.io import write_json_atomic
 from poi_jax.tasks import base
 
 QANET_KEYS = ("passage_words", "passage_chars", "passage_mask", "question_words",
@@ -242,7 +243,7 @@ def evaluate(config, records, features, outputs, workdir):
       e_l = np.where(ok, end[i], -np.inf)[None]
       s, e = spans.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
       preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
-  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
   if not config.data.eval_file:
     return {}  # predict mode
   return rouge_bleu.narrativeqa_scores(preds, meta["references"])

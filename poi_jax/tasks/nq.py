@@ -8,7 +8,7 @@ from poi_jax.data import cache, parallel
 from poi_jax.data.features import nq_windows
 from poi_jax.data.readers import nq as nq_reader
 from poi_jax.eval import nq as nq_eval
-from poi_jax.eval.spans import write_json_atomic
+from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -71,6 +71,12 @@ def build_model(config, rngs):
   return nq_graph.NqGraphModel(enc_cfg, graph_config(config, enc_cfg), rngs=rngs)
 
 
+def describe_head(config, model) -> str:
+  g = config.model.graph
+  layers = f"{g.num_layers} graph layer{'' if g.num_layers == 1 else 's'}"
+  return f"graph ({layers}, {g.formulation} attention)"
+
+
 def load_pretrained(model, checkpoint):
   from poi_jax.models import encoders
   return encoders.load_encoder_weights(model.bert, checkpoint)
@@ -95,4 +101,5 @@ def evaluate(config, records, features, outputs, workdir):
 
 TASKS = {"nq": base.Task(name="nq", metric=METRIC, read=read, featurize=featurize,
                          build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
-                         load_pretrained=load_pretrained, export_pretrained=export_pretrained)}
+                         load_pretrained=load_pretrained, export_pretrained=export_pretrained,
+                         encoder_attr="bert", describe_head=describe_head)}

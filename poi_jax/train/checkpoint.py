@@ -24,7 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from poi_jax.eval.spans import write_json_atomic
+from poi_jax.io import write_json_atomic
 
 
 class WorkdirError(ValueError):
