@@ -69,6 +69,7 @@ def main():
   import optax
   from flax import nnx
 
+  from poi_jax import graph_layout
   from poi_jax.layers import graph as g
   from poi_jax.models import encoders, nq_graph
 
@@ -82,7 +83,7 @@ def main():
     batch, tokens, sentences, paragraphs, layers = a.batch or 4, 256, 64, 32, 2
   enc_cfg = encoders.EncoderConfig(model_type="bert", hidden_dropout_prob=0.0,
                                    attention_probs_dropout_prob=0.0, **enc)
-  layout = g.NodeLayout(tokens, sentences, paragraphs)
+  layout = graph_layout.NodeLayout(tokens, sentences, paragraphs)
   feats = windows(batch, layout)
   rng = np.random.default_rng(0)
   batch_np = dict(feats,

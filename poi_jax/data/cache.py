@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 
 # Bump when the file layout or the meaning of the manifest changes.
 CACHE_FORMAT_VERSION = 1

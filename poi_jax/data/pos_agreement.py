@@ -30,7 +30,7 @@ import dataclasses
 from typing import Sequence
 
 from poi_jax.data import pos as pos_lib
-from poi_jax.data.features.extractive import offset_word_indices
+from poi_jax.data.features.pos_tags import offset_word_indices
 from poi_jax.data.records import SquadExample
 
 CAUSES = ("quote", "in_current_word", "wordpiece", "not_in_next_word", "early_advance",

@@ -1,4 +1,5 @@
-"""n-best span decoding across windows and SQuAD 2.0 null scores."""
+"""n-best span decoding across windows, SQuAD 2.0 null scores, and the best start <= end pair
+of one sequence (`best_spans`)."""
 from __future__ import annotations
 
 import collections
@@ -53,6 +54,21 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
       preds[ex.qid] = "" if (best is None or diff > null_score_diff_threshold) else best["text"]
     nbest_all[ex.qid] = nbest
   return preds, nbest_all, null_odds
+
+
+def best_spans(start_logits: np.ndarray, end_logits: np.ndarray,
+               max_length: int | None = None) -> np.ndarray:
+  """allennlp ``get_best_span``: argmax of ``start[s] + end[e]`` over ``s <= e`` (no length cap
+  unless ``max_length``) -> ``(B, 2)`` inclusive."""
+  start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
+  t = start_logits.shape[1]
+  scores = start_logits[:, :, None] + end_logits[:, None, :]
+  valid = np.triu(np.ones((t, t), bool))
+  if max_length is not None:
+    valid &= ~np.triu(np.ones((t, t), bool), k=max_length)
+  scores = np.where(valid[None], scores, -np.inf)
+  flat = scores.reshape(len(scores), -1).argmax(-1)
+  return np.stack([flat // t, flat % t], axis=-1)
 
 
 def best_non_null(nbest: dict[str, list]) -> dict[str, str]:

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from poi_jax import graph_layout
 from poi_jax.layers import common
 from poi_jax.layers import graph as g
 
@@ -55,7 +56,7 @@ class GraphConfig:
   max_token_relative: int = 16
   max_sentence_relative: int = 8
   max_paragraph_relative: int = 4
-  num_edge_positions: int = g.NUM_EDGE_POSITIONS
+  num_edge_positions: int = graph_layout.NUM_EDGE_POSITIONS
   layer_norm_eps: float = 1e-12
   hidden_act: str = "gelu"
   dropout: float = 0.1
@@ -64,8 +65,8 @@ class GraphConfig:
   dtype: str = "float32"
 
   @property
-  def layout(self) -> g.NodeLayout:
-    return g.NodeLayout(self.tokens, self.sentences, self.paragraphs)
+  def layout(self) -> graph_layout.NodeLayout:
+    return graph_layout.NodeLayout(self.tokens, self.sentences, self.paragraphs)
 
 
 class Initializer(nnx.Module):
@@ -284,7 +285,7 @@ def load_torch_state_dict(model: nnx.Module, sd: Mapping[str, "np.ndarray"], *,
 
   ``Linear.weight`` -> ``kernel`` (transposed), ``Embedding.weight`` -> ``embedding``,
   ``LayerNorm.weight`` -> ``scale``. The per-level ``indices`` buffers are checked against
-  `poi_jax.layers.graph.relative_indices` (they are recomputed, not stored). Returns the names
+  `poi_jax.graph_layout.relative_indices` (they are recomputed, not stored). Returns the names
   that are not graph/head tensors (e.g. ``bert.*``, ``config.*``). A tensor whose shape does not
   match raises ``ValueError`` naming it.
   """
@@ -304,7 +305,7 @@ def load_torch_state_dict(model: nnx.Module, sd: Mapping[str, "np.ndarray"], *,
       raise ValueError(f"{source}: tensor {name!r} has no counterpart in the model ({e})") from None
     leaf = parts[-1]
     if leaf == "indices":
-      want = g.relative_indices(value.shape[0], obj.max_relative)
+      want = graph_layout.relative_indices(value.shape[0], obj.max_relative)
       if not np.array_equal(np.asarray(value), want):
         raise ValueError(f"{source}: {name} differs from clip(j - i + R, 0, 2R)")
       continue

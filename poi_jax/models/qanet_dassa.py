@@ -17,13 +17,14 @@ reason: conv inputs are zeroed on padding (so a row's result does not depend on 
 contents), and the standard blocks' attention uses one masked softmax (-1e32 fill) for all rows.
 
 Word embeddings from a GloVe file are frozen (a `FrozenEmbedding` variable, outside
-``nnx.Param``, so the optimizer never updates them), as in the paper; random ones train.
+``nnx.Param``, so the optimizer never updates them), as in the paper; random ones train. Word and
+character ids, and the GloVe file, come from `poi_jax.data.features.vocab`; span decoding is
+`poi_jax.eval.spans.best_spans`.
 """
 from __future__ import annotations
 
 import functools
 import math
-import zlib
 from typing import Mapping
 
 import jax
@@ -32,67 +33,14 @@ import numpy as np
 import optax
 from flax import nnx
 
+from poi_jax.data.features.vocab import NUM_CHARS, PAD_ID
 from poi_jax.layers import common, dassa
 
-NUM_CHARS = 262  # byte ids + 1 (0 = padding), 259 begin of word, 260 end of word
-BOW, EOW = 259, 260
-PAD_ID, OOV_ID = 0, 1
 MASK_FILL = -1e32
 
 
 class FrozenEmbedding(nnx.Variable):
   """Pretrained word vectors that training does not update."""
-
-
-# ---- words and characters (host side) ----------------------------------------------------------
-
-@functools.lru_cache(maxsize=2)
-def read_glove(path: str, dim: int, max_words: int = -1) -> tuple[dict[str, int], np.ndarray]:
-  """A GloVe-format text file (``word v1 .. v_dim`` per line) -> (word -> id, vectors
-  ``(2 + n, dim)``); ids 0 (padding, zeros) and 1 (out of vocabulary, zeros) come first; later
-  duplicates are ignored. A malformed line raises ``ValueError`` naming the file and the line."""
-  vocab: dict[str, int] = {}
-  rows = [np.zeros(dim, np.float32), np.zeros(dim, np.float32)]
-  with open(path, encoding="utf-8") as f:
-    for line_no, line in enumerate(f, 1):
-      if 0 <= max_words <= len(vocab):
-        break
-      parts = line.rstrip("\n").rstrip(" ").split(" ")
-      if len(parts) != dim + 1:
-        raise ValueError(f"{path}:{line_no}: expected a word and {dim} numbers, got "
-                         f"{len(parts) - 1} fields after the word (model.qanet.word_dim={dim})")
-      try:
-        vec = np.asarray(parts[1:], np.float32)
-      except ValueError:
-        raise ValueError(f"{path}:{line_no}: word {parts[0]!r}: a value is not a number") from None
-      if parts[0] not in vocab:
-        vocab[parts[0]] = len(rows)
-        rows.append(vec)
-  if not vocab:
-    raise ValueError(f"{path}: no word vectors")
-  return vocab, np.stack(rows)
-
-
-class WordIndexer:
-  """Lower-cased words -> ids: the GloVe vocabulary (unknown words -> 1) or, without a GloVe
-  file, a stable hash into ``vocab_size - 2`` buckets (ids 2..), which needs no vocabulary pass
-  over the data and keeps the model's size independent of the data."""
-
-  def __init__(self, vocab_size: int, glove: dict[str, int] | None = None):
-    self.vocab_size, self.glove = vocab_size, glove
-
-  def __call__(self, word: str) -> int:
-    w = word.lower()
-    if self.glove is not None:
-      return self.glove.get(w, OOV_ID)
-    return 2 + zlib.crc32(w.encode("utf-8")) % (self.vocab_size - 2)
-
-
-def char_ids(word: str, max_chars: int) -> list[int]:
-  """``[BOW, byte+1 ..., EOW]`` cut to ``max_chars`` (the EOW kept), 0-padded."""
-  body = [b + 1 for b in word.encode("utf-8")][:max_chars - 2]
-  ids = [BOW] + body + [EOW]
-  return ids + [0] * (max_chars - len(ids))
 
 
 # ---- layers ------------------------------------------------------------------------------------
@@ -355,18 +303,3 @@ def span_nll(start_logits, end_logits, span_start, span_end, example_mask=None):
          + optax.softmax_cross_entropy_with_integer_labels(end_logits, span_end))
   w = jnp.ones_like(nll) if example_mask is None else example_mask.astype(jnp.float32)
   return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def best_spans(start_logits: np.ndarray, end_logits: np.ndarray,
-               max_length: int | None = None) -> np.ndarray:
-  """allennlp ``get_best_span``: argmax of ``start[s] + end[e]`` over ``s <= e`` (no length cap
-  unless ``max_length``) -> ``(B, 2)`` inclusive."""
-  start_logits, end_logits = np.asarray(start_logits), np.asarray(end_logits)
-  t = start_logits.shape[1]
-  scores = start_logits[:, :, None] + end_logits[:, None, :]
-  valid = np.triu(np.ones((t, t), bool))
-  if max_length is not None:
-    valid &= ~np.triu(np.ones((t, t), bool), k=max_length)
-  scores = np.where(valid[None], scores, -np.inf)
-  flat = scores.reshape(len(scores), -1).argmax(-1)
-  return np.stack([flat // t, flat % t], axis=-1)

@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 
 Config = ml_collections.ConfigDict
 

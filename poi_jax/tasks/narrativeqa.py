@@ -15,9 +15,10 @@ import numpy as np
 
 from poi_jax.data.features import oracle
 from poi_jax.data.features import views as views_lib
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features import vocab as vocab_lib
+from poi_jax.data.features.base import Features
 from poi_jax.data.readers import narrativeqa as reader
-from poi_jax.eval import rouge_bleu
+from poi_jax.eval import rouge_bleu, spans
 from poi_jax.io import write_json_atomic
 from poi_jax.tasks import base
 
@@ -71,14 +72,13 @@ def _labelled(records, config, is_training, cut):
 def featurize(records, tokenizer, config, *, is_training: bool):
   if config.model.head == "encoder_dassa":
     return _featurize_encoder(records, tokenizer, config, is_training=is_training)
-  from poi_jax.models import qanet_dassa
   n, qc = config.data.narrativeqa, config.model.qanet
   cut = n.train_passage_tokens if is_training else n.eval_passage_tokens
   kept, skipped = _labelled(records, config, is_training, cut)
   if not kept:
     raise ValueError(f"no {'training' if is_training else 'evaluation'} examples left "
                      f"({skipped} without an oracle span within {cut} tokens)")
-  indexer = qanet_dassa.WordIndexer(qc.vocab_size, _glove(config)[0])
+  indexer = vocab_lib.WordIndexer(qc.vocab_size, _glove(config)[0])
   lc = _round_up(max(len(c) for _, c, _ in kept))
   lq = _round_up(min(max(len(r.question) for r, _, _ in kept), n.max_question_tokens))
   n_views = sum(k for _, k in views_lib.parse_heads(config.model.dassa.heads))
@@ -102,7 +102,7 @@ def featurize(records, tokenizer, config, *, is_training: bool):
     q = r.question[:n.max_question_tokens]
     for prefix, toks in (("passage", ctx), ("question", q)):
       arrays[f"{prefix}_words"][i, :len(toks)] = [indexer(t) for t in toks]
-      arrays[f"{prefix}_chars"][i, :len(toks)] = [qanet_dassa.char_ids(t, w) for t in toks]
+      arrays[f"{prefix}_chars"][i, :len(toks)] = [vocab_lib.char_ids(t, w) for t in toks]
       arrays[f"{prefix}_mask"][i, :len(toks)] = 1
     if n_views:
       labels, scopes = views_lib.crop(*_doc_views(config, r.document, cache), len(ctx))
@@ -169,11 +169,10 @@ def _featurize_encoder(records, tokenizer, config, *, is_training: bool):
 
 
 def _glove(config):
-  from poi_jax.models import qanet_dassa
   qc = config.model.qanet
   if not qc.glove_file:
     return None, None
-  return qanet_dassa.read_glove(qc.glove_file, qc.word_dim, qc.max_glove_words)
+  return vocab_lib.read_glove(qc.glove_file, qc.word_dim, qc.max_glove_words)
 
 
 def build_model(config, rngs):
@@ -229,10 +228,9 @@ def export_pretrained(model, directory, tokenizer=None):
 
 def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   del records
-  from poi_jax.models import qanet_dassa
   meta = features.meta
   if "span_start_logits" in outputs:
-    best = qanet_dassa.best_spans(outputs["span_start_logits"], outputs["span_end_logits"])
+    best = spans.best_spans(outputs["span_start_logits"], outputs["span_end_logits"])
     preds = {qid: " ".join(ctx[s:e + 1])
              for qid, ctx, (s, e) in zip(meta["qids"], meta["contexts"], best)}
   else:
@@ -243,7 +241,7 @@ def evaluate(config, records, features, outputs, workdir, *, score: bool = True)
       ok = word_of >= 0
       s_l = np.where(ok, start[i], -np.inf)[None]
       e_l = np.where(ok, end[i], -np.inf)[None]
-      s, e = qanet_dassa.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
+      s, e = spans.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
       preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
   write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
   if not score:

@@ -17,7 +17,7 @@ from absl import logging
 from flax import nnx
 
 from poi_jax import tasks
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.io import write_json_atomic
 from poi_jax.models import build, checks, encoders
 from poi_jax.train import checkpoint as ckpt_lib

@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from poi_jax.data.features import nq_graph as builder
-from poi_jax.layers import graph as g
+from poi_jax import graph_layout as g
 from tests.conftest import PARITY
 
 FIXTURE = PARITY / "nq_graph_encoder.public.safetensors"

@@ -4,7 +4,8 @@ import pytest
 import transformers
 
 from poi_jax.data import pos
-from poi_jax.data.features.extractive import build_extractive_features, offset_word_indices
+from poi_jax.data.features.extractive import build_extractive_features
+from poi_jax.data.features.pos_tags import offset_word_indices
 from poi_jax.data.pos_agreement import CAUSES, compare_sequence, squad_agreement
 from poi_jax.data.readers import read_squad
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poi_jax.data.features import views
+from poi_jax.data.features import annotations, offline_views, views
 
 L = views.LABELS
 SENTENCES = [
@@ -50,7 +50,7 @@ def _annotated():
 
 
 def _doc():
-  return views.parse_document(_annotated(), source="ann.jsonl", line=3)
+  return annotations.parse_document(_annotated(), source="ann.jsonl", line=3)
 
 
 def _row(assignments: dict[int, int] | None = None, fill: int = 0):
@@ -118,7 +118,7 @@ def test_coref_view_is_full_context_and_repeated():
 
 
 def test_coref_cap_keeps_the_smallest_clusters_like_the_original():
-  doc = views.Document("d", [["a", "b", "c", "d", "e", "f"]],
+  doc = annotations.Document("d", [["a", "b", "c", "d", "e", "f"]],
                        coref=[[(0, 1), (1, 2), (2, 3)], [(3, 4)], [(4, 5), (5, 6)]])
   labels, _ = views.coref_views(doc, 1, max_clusters=2)
   # Clusters 1 (1 mention) and 2 (2 mentions) kept, numbered in document order.
@@ -156,7 +156,7 @@ def test_table2_allocation_stacks_views_in_order():
 
 
 def test_crop_to_800_tokens():
-  long = views.Document("d", [["w"] * 500, ["x"] * 500])
+  long = annotations.Document("d", [["w"] * 500, ["x"] * 500])
   labels, scopes = views.crop(*views.sent_span_views(long, 1), 800)
   assert labels.shape == (1, 800)
   np.testing.assert_array_equal(scopes[0], np.ones(800))
@@ -166,7 +166,7 @@ def test_crop_to_800_tokens():
 def test_offline_sentences_and_connectives():
   tokens = ("Jeff went home because he was hungry . He ate pasta and then he slept but he "
             "woke up . In fact nobody called .").split()
-  doc = views.offline_document("d", tokens)
+  doc = offline_views.offline_document("d", tokens)
   assert [len(s) for s in doc.sentences] == [8, 12, 5]
   # Connectives: "because" (sentence 0), "and", "then", "but" (sentence 1; the view keeps 2),
   # "in fact" (sentence 2, multi-token, sentence-initial: empty Arg1).
@@ -193,8 +193,8 @@ def test_offline_sentences_and_connectives():
 def test_bad_annotations_name_file_line_document_and_field(mutate, field, problem):
   d = _annotated()
   mutate(d)
-  with pytest.raises(views.AnnotationError) as e:
-    views.parse_document(d, source="ann.jsonl", line=3)
+  with pytest.raises(annotations.AnnotationError) as e:
+    annotations.parse_document(d, source="ann.jsonl", line=3)
   msg = str(e.value)
   assert msg.startswith("ann.jsonl:3: document 'doc-1'") and repr(field) in msg and problem in msg
 
@@ -202,5 +202,5 @@ def test_bad_annotations_name_file_line_document_and_field(mutate, field, proble
 def test_a_view_without_its_annotation_is_an_error():
   d = _annotated()
   del d["coref_clusters"]
-  with pytest.raises(views.AnnotationError, match="'coref_clusters'.*needs this annotation"):
-    views.document_views(views.parse_document(d, source="a", line=1), "coref")
+  with pytest.raises(annotations.AnnotationError, match="'coref_clusters'.*needs this annotation"):
+    views.document_views(annotations.parse_document(d, source="a", line=1), "coref")

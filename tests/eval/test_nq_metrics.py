@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.data.readers.nq import Annotation, Candidate, NqExample, Span
 from poi_jax.eval import nq as nq_eval
 

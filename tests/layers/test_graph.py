@@ -9,13 +9,14 @@ import pytest
 import torch
 from flax import nnx
 
+from poi_jax import graph_layout
 from poi_jax.data.features import nq_graph as builder
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph
 from tests.reference import nq_graph_torch as ref
 
 
-def random_window(rng, layout: g.NodeLayout, *, overflow=False):
+def random_window(rng, layout: graph_layout.NodeLayout, *, overflow=False):
   """Sentence/paragraph ids of a random window filling part of ``layout.tokens``."""
   q = int(rng.integers(1, 5))
   budget = layout.tokens - q - 3
@@ -49,8 +50,8 @@ def flatten_for_torch(batch, n):
           batch["edge_pos"][valid])
 
 
-def make(rng, *, heads, layers, rel, hidden=16, intermediate=24, layout=g.NodeLayout(40, 8, 5),
-         formulation="segment"):
+def make(rng, *, heads, layers, rel, hidden=16, intermediate=24,
+         layout=graph_layout.NodeLayout(40, 8, 5), formulation="segment"):
   cfg = nq_graph.GraphConfig(hidden=hidden, num_heads=heads, intermediate_size=intermediate,
                              tokens=layout.tokens, sentences=layout.sentences,
                              paragraphs=layout.paragraphs, num_layers=layers,
@@ -58,8 +59,8 @@ def make(rng, *, heads, layers, rel, hidden=16, intermediate=24, layout=g.NodeLa
                              max_paragraph_relative=rel[2], formulation=formulation, dropout=0.0)
   sd = ref.random_state_dict(rng, hidden=hidden, intermediate=intermediate, heads=heads,
                              num_layers=layers, rel_ranges=rel,
-                             num_positions=g.NUM_EDGE_POSITIONS, sentences=layout.sentences,
-                             paragraphs=layout.paragraphs)
+                             num_positions=graph_layout.NUM_EDGE_POSITIONS,
+                             sentences=layout.sentences, paragraphs=layout.paragraphs)
   model = nq_graph.NqGraphModel(None, cfg, rngs=nnx.Rngs(0))
   assert nq_graph.load_torch_state_dict(model, sd) == []
   return model, sd, cfg
@@ -138,9 +139,9 @@ def test_empty_sentence_and_paragraph_slices_and_a_node_without_incoming_edges()
   st[lay.document] = 1
   tok = np.arange(n_tok)
   e = np.concatenate([
-      np.stack([tok, np.full(n_tok, lay.document), np.full(n_tok, 3), g.edge_position(
+      np.stack([tok, np.full(n_tok, lay.document), np.full(n_tok, 3), graph_layout.edge_position(
           np.full(n_tok, 3), tok)]),
-      np.stack([np.full(n_tok, lay.document), tok, np.full(n_tok, 12), g.edge_position(
+      np.stack([np.full(n_tok, lay.document), tok, np.full(n_tok, 12), graph_layout.edge_position(
           np.full(n_tok, 12), tok)])], axis=1)
   batch["st_mask"][1] = st
   for i, k in enumerate(builder.EDGE_FIELDS):

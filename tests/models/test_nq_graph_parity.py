@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file
 
+from poi_jax import graph_layout
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph
 from tests.conftest import PARITY
@@ -114,7 +115,7 @@ def test_relative_index_tables_match_the_fixture():
   for level in ("token", "sentence", "paragraph"):
     ind = fx[f"encoder.layer.0.attention.{level}_attention.indices"]
     r = int(fx[f"config.max_{level}_relative"])
-    np.testing.assert_array_equal(g.relative_indices(ind.shape[0], r), ind)
+    np.testing.assert_array_equal(graph_layout.relative_indices(ind.shape[0], r), ind)
 
 
 def test_a_wrongly_shaped_tensor_is_named():

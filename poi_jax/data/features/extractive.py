@@ -19,24 +19,17 @@ consecutive chunks of examples (`poi_jax.data.parallel`) into exactly the single
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import functools
 
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
+from poi_jax.data.features.base import Features, trim_span
+from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, original_ids
 from poi_jax.data.records import SquadExample
 
 # Bump when the features this module builds change (the cache key includes it).
 FEATURE_VERSION = 2
-POS_ALIGNMENTS = ("offsets", "original")
-
-
-@dataclasses.dataclass
-class Features:
-  arrays: dict[str, np.ndarray]
-  meta: dict
 
 
 def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
@@ -46,58 +39,6 @@ def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
   return question[:enc["offset_mapping"][max_query_length - 1][1]]
 
 
-@functools.lru_cache(maxsize=256)
-def _word_spans(text: str, word_tags) -> tuple[list[int], list[tuple[int, int, str, int]]]:
-  """``(starts, spans)``: ``(start, end, tag, word index)`` of each NLTK word found in ``text``
-  (NLTK rewrites quotes as ``` `` ``` / ``''``: map them back). Cached: a passage is aligned
-  once per option and per question."""
-  spans, pos = [], 0
-  low = text.lower()
-  for k, (word, tag) in enumerate(word_tags):
-    candidates = [word] + ({"``": ['"', "''"], "''": ['"', "``"]}.get(word, []))
-    found = -1
-    for c in candidates:
-      found = low.find(c, pos)
-      if found >= 0:
-        spans.append((found, found + len(c), tag, k))
-        pos = found + len(c)
-        break
-  return [sp[0] for sp in spans], spans
-
-
-def offset_word_indices(text: str, offsets, word_tags) -> list[int]:
-  """The index of the NLTK word whose character span covers each sub-token's first non-space
-  character (-1 when none does, and for empty or all-space sub-tokens)."""
-  starts, spans = _word_spans(text, tuple(word_tags))
-  out = []
-  for s, e in offsets:
-    s, e = _trim(text, s, e)
-    i = bisect.bisect_right(starts, s) - 1
-    if e > s and i >= 0 and spans[i][0] <= s < spans[i][1]:
-      out.append(spans[i][3])
-    else:
-      out.append(-1)
-  return out
-
-
-def offset_tags(text: str, offsets, word_tags) -> list[int]:
-  """`offsets` alignment: each sub-token takes the tag of the NLTK word whose character span
-  covers its first non-space character (38 when none does, and for empty or all-space
-  sub-tokens)."""
-  return [pos_lib.OTHER_ID if k < 0 else pos_lib.tag_id(word_tags[k][1])
-          for k in offset_word_indices(text, offsets, word_tags)]
-
-
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-  """The span without surrounding whitespace: byte-level BPE tokenizers (RoBERTa) whose
-  post-processor does not trim offsets include the space a ``Ġword`` token starts with."""
-  while start < end and text[start].isspace():
-    start += 1
-  while end > start and text[end - 1].isspace():
-    end -= 1
-  return start, end
-
-
 def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_length: int,
                   pos_alignment: str = "offsets") -> None:
   """Raises ValueError for options the tokenizer cannot honour (before any tokenising).
@@ -105,8 +46,7 @@ def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_
   The context room of a window is ``max_seq_length - question - special tokens``; the fast
   tokenizer needs ``doc_stride`` below it (it panics otherwise) for the longest question.
   """
-  if pos_alignment not in POS_ALIGNMENTS:
-    raise ValueError(f"data.pos_alignment={pos_alignment!r}; choose one of {POS_ALIGNMENTS}")
+  check_pos_alignment(pos_alignment)
   if not getattr(tokenizer, "is_fast", False):
     raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the features need "
                      f"its offsets (return_offsets_mapping)")
@@ -124,21 +64,6 @@ def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_
         f"tokens ({specials}) = {room}: raise data.max_seq_length or lower data.doc_stride")
 
 
-def original_ids(tokenizer, token_ids, word_tags, past_end: list, record_id: str,
-                 field: str) -> list[int]:
-  """`pos.align_original` on the tokenizer's sub-token strings. Where the released code would
-  fail (IndexError: a sub-token at the last NLTK word that is not in it) the last word's tag is
-  kept and ``"<record_id>:<field>"`` is appended to ``past_end`` (reported in the meta)."""
-  subtokens = tokenizer.convert_ids_to_tokens(list(token_ids))
-  if not word_tags:
-    return [pos_lib.OTHER_ID] * len(subtokens)
-  try:
-    return pos_lib.align_original(subtokens, word_tags)
-  except IndexError:
-    past_end.append(f"{record_id}:{field}")
-    return pos_lib.align_original(subtokens, word_tags, strict=False)
-
-
 def _window_start(full_offsets, window_offsets, guess: int) -> int:
   """Index of the window's first context token among the whole context's tokens."""
   n = len(window_offsets)
@@ -148,6 +73,10 @@ def _window_start(full_offsets, window_offsets, guess: int) -> int:
     if full_offsets[k:k + n] == window_offsets:
       return k
   raise RuntimeError("a window's context tokens are not a slice of the context's tokens")
+
+
+_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start", "con_end",
+            "start_positions", "end_positions", "example_index", "offsets")
 
 
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
@@ -164,85 +93,125 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
   """
   check_options(tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride,
                 max_query_length=max_query_length, pos_alignment=pos_alignment)
-  length = max_seq_length
-  cols = {k: [] for k in ("input_ids", "attention_mask", "token_type_ids", "pos_tags",
-                          "con_start", "con_end", "start_positions", "end_positions",
-                          "example_index", "offsets")}
+  cols = {k: [] for k in _COLUMNS}
   skipped, past_end = [], []
   for ei, ex in enumerate(examples):
-    answer = None
-    if not ex.is_impossible and ex.answers:
-      a = ex.answers[0]
-      if ex.context[a["answer_start"]:a["answer_start"] + len(a["text"])] != a["text"]:
-        skipped.append(ex.qid)
-        if is_training:
-          continue
-      else:
-        answer = (a["answer_start"], a["answer_start"] + len(a["text"]))
+    answer, mismatch = _checked_answer(ex)
+    if mismatch:
+      skipped.append(ex.qid)
+      if is_training:
+        continue
     question = _truncate_question(tokenizer, ex.question, max_query_length)
     enc = tokenizer(question, ex.context, truncation="only_second", max_length=max_seq_length,
                     stride=doc_stride, return_overflowing_tokens=True,
                     return_offsets_mapping=True, padding="max_length",
                     return_token_type_ids=True)
-    if with_pos:
-      # The whole question is tagged (as the released code does): cutting it first would change
-      # the tagger's context for its last words. The kept question is a prefix of it, so the
-      # offsets index both.
-      q_tags = pos_lib.tag_words(ex.question)
-      c_tags = pos_lib.tag_words(ex.context)
-      if pos_alignment == "original":
-        q_orig = None
-        full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
-        full_offsets = [tuple(o) for o in full["offset_mapping"]]
-        c_orig = original_ids(tokenizer, full["input_ids"], c_tags, past_end, ex.qid,
-                              "context")
-        first_window_len = None
+    pos = _ExamplePos.build(tokenizer, ex, pos_alignment, past_end) if with_pos else None
     for w in range(len(enc["input_ids"])):
-      seq = enc.sequence_ids(w)
-      offs = [_trim(ex.context, *o) if s == 1 else _trim(question, *o) if s == 0 else tuple(o)
-              for o, s in zip(enc["offset_mapping"][w], seq)]
-      ctx = [i for i, s in enumerate(seq) if s == 1]
-      n_real = sum(enc["attention_mask"][w])
-      first_sep = next(i for i, s in enumerate(seq) if i > 0 and s is None)
-      con_end = n_real - 1
-      offsets = np.full((length, 2), -1, np.int32)
-      for i in ctx:
-        offsets[i] = offs[i]
-      start = end = 0
-      if answer is not None and ctx:
-        c0, c1 = offsets[ctx[0], 0], offsets[ctx[-1], 1]
-        if c0 <= answer[0] and answer[1] <= c1:
-          start = next(i for i in ctx if offs[i][1] > answer[0])
-          end = next(i for i in reversed(ctx) if offs[i][0] < answer[1])
-      tags = np.zeros(length, np.int32)
-      if with_pos:
-        q_idx = [i for i, s in enumerate(seq) if s == 0]
-        if pos_alignment == "offsets":
-          tags[q_idx] = offset_tags(ex.question, [offs[i] for i in q_idx], q_tags)
-          tags[ctx] = offset_tags(ex.context, [offs[i] for i in ctx], c_tags)
-        else:
-          if q_orig is None:  # the same question tokens in every window
-            q_orig = original_ids(tokenizer, [enc["input_ids"][w][i] for i in q_idx], q_tags,
-                                  past_end, ex.qid, "question")
-          tags[q_idx] = q_orig
-          if ctx:
-            window = [tuple(enc["offset_mapping"][w][i]) for i in ctx]
-            if first_window_len is None:
-              first_window_len = len(ctx)
-            k = _window_start(full_offsets, window, w * (first_window_len - doc_stride))
-            tags[ctx] = c_orig[k:k + len(ctx)]
-        special = [i for i, s in enumerate(seq) if s is None and i < n_real]
-        tags[special] = pos_lib.SPECIAL_ID
-      cols["input_ids"].append(enc["input_ids"][w])
-      cols["attention_mask"].append(enc["attention_mask"][w])
-      cols["token_type_ids"].append(enc["token_type_ids"][w])
-      cols["pos_tags"].append(tags)
-      cols["con_start"].append(first_sep)
-      cols["con_end"].append(con_end)
-      cols["start_positions"].append(start)
-      cols["end_positions"].append(end)
-      cols["example_index"].append(ei)
-      cols["offsets"].append(offsets)
+      row = _window_row(enc, w, ex, question, answer, max_seq_length)
+      if pos is not None:
+        row["pos_tags"] = pos.window_tags(tokenizer, enc, w, row, doc_stride, past_end)
+      row["example_index"] = ei
+      for k in _COLUMNS:
+        cols[k].append(row[k])
+  return _assemble(cols, max_seq_length, skipped, past_end)
+
+
+def _checked_answer(ex: SquadExample) -> tuple[tuple[int, int] | None, bool]:
+  """``(answer, mismatch)``: the first answer's character span ``[start, end)`` (None for an
+  unanswerable question, and when the answer's text does not match the context at
+  ``answer_start``: then ``mismatch`` is True)."""
+  if ex.is_impossible or not ex.answers:
+    return None, False
+  a = ex.answers[0]
+  if ex.context[a["answer_start"]:a["answer_start"] + len(a["text"])] != a["text"]:
+    return None, True
+  return (a["answer_start"], a["answer_start"] + len(a["text"])), False
+
+
+def _window_row(enc, w: int, ex: SquadExample, question: str, answer, length: int) -> dict:
+  """Window ``w`` of one example's encoding: its token columns, ``con_start``/``con_end``, the
+  answer's token positions (0 = [CLS] when it is not inside the window), the context tokens'
+  ``offsets (L, 2)`` (-1 elsewhere), zero ``pos_tags``, and for the POS step ``offs`` (every
+  token's trimmed span), ``seq`` (sequence ids), ``ctx`` (context token indices), ``n_real``."""
+  seq = enc.sequence_ids(w)
+  offs = [trim_span(ex.context, *o) if s == 1 else trim_span(question, *o) if s == 0
+          else tuple(o) for o, s in zip(enc["offset_mapping"][w], seq)]
+  ctx = [i for i, s in enumerate(seq) if s == 1]
+  n_real = sum(enc["attention_mask"][w])
+  first_sep = next(i for i, s in enumerate(seq) if i > 0 and s is None)
+  offsets = np.full((length, 2), -1, np.int32)
+  for i in ctx:
+    offsets[i] = offs[i]
+  start = end = 0
+  if answer is not None and ctx:
+    c0, c1 = offsets[ctx[0], 0], offsets[ctx[-1], 1]
+    if c0 <= answer[0] and answer[1] <= c1:
+      start = next(i for i in ctx if offs[i][1] > answer[0])
+      end = next(i for i in reversed(ctx) if offs[i][0] < answer[1])
+  return {"input_ids": enc["input_ids"][w], "attention_mask": enc["attention_mask"][w],
+          "token_type_ids": enc["token_type_ids"][w], "pos_tags": np.zeros(length, np.int32),
+          "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
+          "end_positions": end, "offsets": offsets, "offs": offs, "seq": seq, "ctx": ctx,
+          "n_real": n_real}
+
+
+@dataclasses.dataclass
+class _ExamplePos:
+  """One example's NLTK tags and, for ``pos_alignment="original"``, the whole context's aligned
+  tag ids (cut into each window) and the question's (the same in every window)."""
+  question: str
+  context: str
+  qid: str
+  alignment: str
+  q_tags: list
+  c_tags: list
+  full_offsets: list | None = None
+  c_orig: list | None = None
+  q_orig: list | None = None
+  first_window_len: int | None = None
+
+  @classmethod
+  def build(cls, tokenizer, ex: SquadExample, alignment: str, past_end: list) -> "_ExamplePos":
+    # The whole question is tagged (as the released code does): cutting it first would change
+    # the tagger's context for its last words. The kept question is a prefix of it, so the
+    # offsets index both.
+    pos = cls(ex.question, ex.context, ex.qid, alignment, pos_lib.tag_words(ex.question),
+              pos_lib.tag_words(ex.context))
+    if alignment == "original":
+      full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
+      pos.full_offsets = [tuple(o) for o in full["offset_mapping"]]
+      pos.c_orig = original_ids(tokenizer, full["input_ids"], pos.c_tags, past_end, ex.qid,
+                                "context")
+    return pos
+
+  def window_tags(self, tokenizer, enc, w: int, row: dict, doc_stride: int,
+                  past_end: list) -> np.ndarray:
+    """``row["pos_tags"]`` filled for window ``w``: question and context tokens by the
+    alignment, the special tokens `pos.SPECIAL_ID`."""
+    seq, offs, ctx, tags = row["seq"], row["offs"], row["ctx"], row["pos_tags"]
+    q_idx = [i for i, s in enumerate(seq) if s == 0]
+    if self.alignment == "offsets":
+      tags[q_idx] = offset_tags(self.question, [offs[i] for i in q_idx], self.q_tags)
+      tags[ctx] = offset_tags(self.context, [offs[i] for i in ctx], self.c_tags)
+    else:
+      if self.q_orig is None:  # the same question tokens in every window
+        self.q_orig = original_ids(tokenizer, [enc["input_ids"][w][i] for i in q_idx],
+                                   self.q_tags, past_end, self.qid, "question")
+      tags[q_idx] = self.q_orig
+      if ctx:
+        window = [tuple(enc["offset_mapping"][w][i]) for i in ctx]
+        if self.first_window_len is None:
+          self.first_window_len = len(ctx)
+        k = _window_start(self.full_offsets, window, w * (self.first_window_len - doc_stride))
+        tags[ctx] = self.c_orig[k:k + len(ctx)]
+    special = [i for i, s in enumerate(seq) if s is None and i < row["n_real"]]
+    tags[special] = pos_lib.SPECIAL_ID
+    return tags
+
+
+def _assemble(cols: dict, length: int, skipped: list, past_end: list) -> Features:
+  """The per-window columns as int32 arrays ``(N, L)`` / ``(N,)``; offsets to the meta."""
   arrays = {}
   for k in ("input_ids", "attention_mask", "token_type_ids", "pos_tags"):
     arrays[k] = np.asarray(cols[k], np.int32).reshape(-1, length)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
-from poi_jax.data.features.extractive import POS_ALIGNMENTS, Features, offset_tags, original_ids
+from poi_jax.data.features.base import Features
+from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, original_ids
 from poi_jax.data.records import ChoiceExample, DataError
 
 # Bump when the features this module builds change (the cache key includes it).
@@ -55,8 +56,7 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
   failed and the last word's tag was kept).
   """
   check_choice_examples(examples)
-  if pos_alignment not in POS_ALIGNMENTS:
-    raise ValueError(f"data.pos_alignment={pos_alignment!r}; choose one of {POS_ALIGNMENTS}")
+  check_pos_alignment(pos_alignment)
   if not getattr(tokenizer, "is_fast", False):
     raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the features need "
                      f"its offsets (return_offsets_mapping)")

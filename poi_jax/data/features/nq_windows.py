@@ -43,9 +43,9 @@ import zlib
 import numpy as np
 
 from poi_jax.data.features import nq_graph
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.data.readers.nq import NqExample
-from poi_jax.layers import graph as g
+from poi_jax import graph_layout as g
 
 FEATURE_VERSION = 1
 UNKNOWN, YES, NO, SHORT, LONG = range(5)

@@ -37,7 +37,7 @@ import logging
 
 import numpy as np
 
-from poi_jax.data.features.extractive import Features
+from poi_jax.data.features.base import Features
 from poi_jax.data.records import DataError, SquadExample
 
 FEATURE_VERSION = 1

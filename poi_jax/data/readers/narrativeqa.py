@@ -1,16 +1,16 @@
 """NarrativeQA (summary setting) readers: the official ``qaps.csv`` + ``summaries.csv`` and the
-annotated JSON lines of DASSA (`poi_jax.data.features.views` documents the schema).
+annotated JSON lines of DASSA (`poi_jax.data.features.annotations` documents the schema).
 
 * CSV (GitHub ``deepmind/narrativeqa``): ``qaps.csv`` (document_id, set, question, answer1,
   answer2, question_tokenized, answer1_tokenized, answer2_tokenized) and
   ``third_party/wikipedia/summaries.csv`` (document_id, set, summary, summary_tokenized). The
   tokenized columns are used when present (the metrics split on whitespace), else the raw text
   is tokenised with NLTK. Sentences (punkt) and explicit connectives (lexicon) are computed
-  offline (`views.offline_document`).
+  offline (`offline_views.offline_document`).
 * JSON lines: one annotated document per line with its ``questions`` list (``question``,
   optional ``question_tokens``, ``answer1``, ``answer2``, optional ``id``).
 
-Bad input raises `DataError` / `views.AnnotationError` naming the file, the line, the document
+Bad input raises `DataError` / `annotations.AnnotationError` naming the file, the line, the document
 and the field, before any compute.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 
-from poi_jax.data.features import views
+from poi_jax.data.features import annotations, offline_views
 from poi_jax.data.records import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -31,7 +31,7 @@ class NarrativeExample:
   qid: str
   question: list[str]  # tokens
   answers: list[str]  # [answer1, answer2], whitespace-tokenised strings
-  document: views.Document
+  document: annotations.Document
   source: str
   line: int
 
@@ -86,7 +86,7 @@ def read_qaps(qaps_path: str, summaries_path: str | None = None, split: str | No
   summaries: dict[str, tuple[int, dict]] = {}
   for line, row in _csv_rows(summaries_path, ("document_id", "summary")):
     summaries[row["document_id"]] = (line, row)
-  docs: dict[str, views.Document] = {}
+  docs: dict[str, annotations.Document] = {}
   out = []
   for line, row in _csv_rows(qaps_path, ("document_id", "set", "question", "answer1",
                                          "answer2")):
@@ -101,7 +101,7 @@ def read_qaps(qaps_path: str, summaries_path: str | None = None, split: str | No
       tokens = _tokens(s_row, "summary")
       if not tokens:
         raise NarrativeDataError(summaries_path, s_line, doc_id, "summary", "empty")
-      docs[doc_id] = views.offline_document(doc_id, tokens, lexicon_path=lexicon_path,
+      docs[doc_id] = offline_views.offline_document(doc_id, tokens, lexicon_path=lexicon_path,
                                             source=summaries_path, line=s_line)
     question = _tokens(row, "question")
     answers = [" ".join(_tokens(row, a)) for a in ("answer1", "answer2")]
@@ -130,7 +130,7 @@ def read_annotated(path: str) -> list[NarrativeExample]:
         obj = json.loads(line)
       except json.JSONDecodeError as e:
         raise NarrativeDataError(path, line_no, None, "<line>", f"not valid JSON ({e})") from None
-      doc = views.parse_document(obj, source=path, line=line_no)
+      doc = annotations.parse_document(obj, source=path, line=line_no)
       questions = obj.get("questions")
       if not isinstance(questions, list):
         raise NarrativeDataError(path, line_no, doc.doc_id, "questions", "missing (a list)")
