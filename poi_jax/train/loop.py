@@ -186,8 +186,10 @@ def _evaluate(run, task, config, records, features, workdir, *, step, writer, ch
       results = task.evaluate(config, records, features, outputs, scratch)
   if checkpointer is not None and step > 0:
     metric = checkpointer.best_metric
-    checkpointer.save(step, run.state, meta_fn(),
-                      metrics={metric: float(results[metric])} if metric in results else None)
+    # Every numeric score is kept with the checkpoint: `poi_jax.reader` reads the SQuAD 2.0 null
+    # threshold tuned on this evaluation from it.
+    scores = {k: float(v) for k, v in results.items() if isinstance(v, (int, float))}
+    checkpointer.save(step, run.state, meta_fn(), metrics=scores if metric in results else None)
   return results
 
 
@@ -371,5 +373,8 @@ def _export_best(run, task, checkpointer, workdir, tokenizer) -> None:
   model, _ = nnx.merge(run.graphdef, host)
   out = os.path.join(workdir, "export")
   task.export_pretrained(model, out, tokenizer)
+  from poi_jax import export_files  # the head, config and null threshold, for `Reader.load`
+  export_files.write(out, model, workdir, best,
+                     checkpointer.manager.metrics(best) if best is not None else None)
   print(f"exported the {'best (step %d)' % best if best is not None else 'final'} encoder to "
         f"{out}")
