@@ -93,9 +93,10 @@ def _for_reading(config_dict: dict, path: str) -> ml_collections.ConfigDict:
 
 
 def _build(config, task) -> nnx.Module:
-  # The logical axis names stay metadata: one device, nothing to shard.
+  # The logical axis names stay metadata: one device, nothing to shard. One jitted
+  # initialisation instead of one compiled initializer per parameter (seconds saved on a CPU).
   with nnx.use_eager_sharding(False):
-    return task.build_model(config, nnx.Rngs(config.seed))
+    return nnx.jit(lambda: task.build_model(config, nnx.Rngs(config.seed)))()
 
 
 def _from_workdir(path: str, step: int | None):
