@@ -218,8 +218,9 @@ class Reader:
     # Only the last batch has padding rows, at its end: cut them off after concatenating.
     return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
 
-  def answer(self, question, context):
-    """The answer to ``question`` about ``context`` (an `Answer`); lists of both: a list."""
+  def answer(self, question, context, *, null_threshold: float | None = None):
+    """The answer to ``question`` about ``context`` (an `Answer`); lists of both: a list.
+    ``null_threshold``: δ for this call (default `Reader.null_threshold`)."""
     if not self.is_extractive:
       raise TypeError(f"this is a {self.config.task} (multiple-choice) model: use choose()")
     questions, single = _as_list(question, "question")
@@ -231,10 +232,11 @@ class Reader:
       _check_text(c, "context", i)
     records = [SquadExample(str(i), q, c, [], False, [], "", "<Reader.answer>")
                for i, (q, c) in enumerate(zip(questions, contexts))]
-    out = self.answer_records(records)
+    out = self.answer_records(records, null_threshold=null_threshold)
     return out[0] if single else out
 
-  def answer_records(self, records: list[SquadExample]) -> list[Answer]:
+  def answer_records(self, records: list[SquadExample], *,
+                     null_threshold: float | None = None) -> list[Answer]:
     """`answer` on records (their ``qid`` and ``source`` name them in error messages)."""
     if not records:
       return []
@@ -244,7 +246,9 @@ class Reader:
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
         n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,
-        version_2_with_negative=v2, null_score_diff_threshold=self.null_threshold,
+        version_2_with_negative=v2,
+        null_score_diff_threshold=self.null_threshold if null_threshold is None
+        else null_threshold,
         with_offsets=True)
     answers = []
     for r in records:

@@ -48,12 +48,19 @@ def squad_records(squad_run):
 
 @pytest.fixture(scope="module")
 def squad_reader(squad_run):
-  # The engine's predictions.json uses the config's δ; the Reader's default is the tuned one.
-  return Reader.load(squad_run, null_threshold=0.0)
+  return Reader.load(squad_run)
 
 
-def _answers(reader, records):
-  return reader.answer([r.question for r in records], [r.context for r in records])
+@pytest.fixture(scope="module")
+def export_reader(squad_run):
+  return Reader.load(squad_run / "export")
+
+
+def _answers(reader, records, delta=0.0):
+  # δ 0: the config's eval.null_score_diff_threshold, which the engine's predictions.json uses
+  # (the Reader's default is the δ tuned on the eval set).
+  return reader.answer([r.question for r in records], [r.context for r in records],
+                       null_threshold=delta)
 
 
 def test_answers_equal_the_engines_predictions(squad_run, squad_reader, squad_records):
@@ -69,19 +76,21 @@ def test_answers_equal_the_engines_predictions(squad_run, squad_reader, squad_re
   assert max(n_tokens) > squad_reader.config.data.max_seq_length
   # One question alone (a batch of 1, another compiled shape) gives the batch's answer.
   longest = int(np.argmax(n_tokens))
-  alone = squad_reader.answer(squad_records[longest].question, squad_records[longest].context)
+  alone = squad_reader.answer(squad_records[longest].question, squad_records[longest].context,
+                              null_threshold=0.0)
   assert alone.text == answers[longest].text
   assert alone.score == pytest.approx(answers[longest].score, abs=1e-5)
 
 
-def test_null_threshold_is_the_one_tuned_at_the_checkpoint(squad_run, squad_records):
+def test_null_threshold_is_the_one_tuned_at_the_checkpoint(squad_run, squad_reader,
+                                                            export_reader, squad_records):
   tuned = json.loads((squad_run / "eval_results.json").read_text())["tuned_null_threshold"]
   checkpointer = ckpt_lib.Checkpointer(str(squad_run), keep=2, best_metric="f1")
   try:
     assert checkpointer.manager.metrics(4)["tuned_null_threshold"] == tuned
   finally:
     checkpointer.close()
-  assert Reader.load(squad_run).null_threshold == tuned
+  assert squad_reader.null_threshold == tuned and export_reader.null_threshold == tuned
   settings = json.loads((squad_run / "export" / export_files.READER_FILE).read_text())
   assert settings == {"step": 4, "null_threshold": tuned,
                       "null_threshold_source": "tuned_null_threshold"}
@@ -89,8 +98,7 @@ def test_null_threshold_is_the_one_tuned_at_the_checkpoint(squad_run, squad_reco
   odds = json.loads((squad_run / "null_odds.json").read_text())
   nbest = json.loads((squad_run / "nbest_predictions.json").read_text())
   delta = float(np.median(list(odds.values())))
-  reader = Reader.load(squad_run / "export", null_threshold=delta)
-  answers = _answers(reader, squad_records)
+  answers = _answers(export_reader, squad_records, delta)
   assert {a.no_answer for a in answers} == {True, False}  # the median splits them
   for r, a in zip(squad_records, answers):
     assert a.no_answer == (odds[r.qid] > delta)
@@ -106,10 +114,10 @@ def test_null_threshold_falls_back_to_the_config():
   assert export_files.null_threshold(config, {"tuned_null_threshold": 2.0})[0] == 2.0
 
 
-def test_export_round_trip_gives_the_same_answers(squad_run, squad_reader, squad_records):
+def test_export_round_trip_gives_the_same_answers(squad_run, squad_reader, export_reader,
+                                                   squad_records):
   export = squad_run / "export"
-  from_export = Reader.load(export, null_threshold=0.0)
-  a, b = _answers(squad_reader, squad_records), _answers(from_export, squad_records)
+  a, b = _answers(squad_reader, squad_records), _answers(export_reader, squad_records)
   assert [x.text for x in a] == [x.text for x in b]
   assert [(x.start, x.end, x.no_answer) for x in a] == [(x.start, x.end, x.no_answer) for x in b]
   np.testing.assert_allclose([x.score for x in a], [x.score for x in b], atol=1e-6)
