@@ -108,7 +108,8 @@ def _from_workdir(path: str, step: int | None):
   _point_at_export(config, os.path.join(path, "export"))
   task = tasks.get_task(config.task)
   model = _build(config, task)
-  # The checkpoint holds model + optimizer state: restore both (the engine's pytree), keep the model.
+  # The checkpoint holds model + optimizer state: restore both (the engine's pytree, so the
+  # restore is the engine's own), keep the model.
   optimizer = nnx.Optimizer(model, optim.make_optimizer(config.optim, 1)[0], wrt=nnx.Param)
   graphdef, state = nnx.split((model, optimizer))
   checkpointer = ckpt_lib.Checkpointer(path, keep=config.train.keep_checkpoints,
