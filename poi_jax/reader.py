@@ -30,8 +30,7 @@ from poi_jax import export_files, tasks
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 
-EXTRACTIVE = ("squad1", "squad2")
-CHOICE = ("race", "dream")
+EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 
 
 @dataclasses.dataclass
@@ -66,7 +65,9 @@ class Choice:
 
 
 def _is_export(path: str) -> bool:
-  return os.path.exists(os.path.join(path, export_files.CONFIG_FILE))
+  # model.safetensors: an encoder-only export (refused by export_files.read, saying why).
+  return any(os.path.exists(os.path.join(path, f))
+             for f in (export_files.CONFIG_FILE, "model.safetensors"))
 
 
 def _has_tokenizer(directory: str) -> bool:
@@ -179,9 +180,11 @@ class Reader:
   def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,
            batch_size: int | None = None) -> Reader:
     """The model of a workdir (checkpoint ``step``; default: the best, else the latest) or of an
-    ``export/`` directory. ``null_threshold``: overrides δ; ``batch_size``: default the config's
+    ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ; ``batch_size``: default the config's
     ``train.eval_batch_size``."""
     path = os.fspath(path)
+    if batch_size is not None and batch_size <= 0:
+      raise ValueError(f"batch_size={batch_size} must be positive")
     if _is_export(path):
       config, task, model, step, delta = _from_export(path)
     elif os.path.exists(os.path.join(path, "config.json")):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -132,6 +133,11 @@ def test_load_errors_name_the_path(tmp_path, squad_run):
     Reader.load(tmp_path)
   old = tmp_path / "old-export"  # an export written before the Reader: only the encoder
   old.mkdir()
+  for name in ("config.json", "model.safetensors"):
+    shutil.copy(squad_run / "export" / name, old / name)
+  with pytest.raises(FileNotFoundError, match=f"no {export_files.CONFIG_FILE}: it is not a "
+                                              f"complete poi-jax export"):
+    Reader.load(old)
   (old / export_files.CONFIG_FILE).write_text((squad_run / "config.json").read_text())
   with pytest.raises(FileNotFoundError, match=f"no {export_files.MODEL_FILE}"):
     Reader.load(old)
