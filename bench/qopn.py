@@ -109,7 +109,7 @@ def main(argv=None):
   print(header)
   for k in (int(x) for x in args.segments.split(",")):
     qb = qopn_batch(args.batch, k, args.seq)
-    base = poi_net.PoiNetForQuestionAnswering(cfg, coattention="none", pos_embedding=False,
+    base = poi_net.PoiNetForQuestionAnswering(cfg, variant="none", pos_embedding=False,
                                               rngs=nnx.Rngs(0))
     t_base = step_time(base, window_batch(qb), args.steps)
     row = f"{k:>3} {t_base:>10.1f} "

@@ -6,7 +6,7 @@ JAX step on 1 vs 8 simulated devices, side by side in one run.
 
 Model: BERT encoder + POS table + the paper's co-attention (forgetting, 3 turns) + span head,
 random weights, dropout off; one step = forward, backward, AdamW update (JAX: the engine's jitted
-step with donated state, `poi_jax.train.loop.create_run`; PyTorch: `bench/torch_poi.py`, eager,
+step with donated state, `poi_jax.train.step.create_sharded_state`; PyTorch: `bench/torch_poi.py`, eager,
 `torch.optim.AdamW`). On a CPU the device comparison re-runs this script in subprocesses with
 ``--xla_force_host_platform_device_count`` (data-parallel mesh over the simulated devices; they
 share the same cores, so this shows the sharding overhead, not a speed-up). On a GPU PyTorch runs
@@ -57,7 +57,8 @@ def jax_step_time(batch_np, steps, dtype="float32", devices=None):
 
   from configs import squad2
   from poi_jax import tasks
-  from poi_jax.train import loop, optim
+  from poi_jax.train import optim, placement
+  from poi_jax.train import step as step_lib
   from poi_jax.train import mesh as mesh_lib
 
   config = squad2.get_config("tiny")
@@ -70,9 +71,9 @@ def jax_step_time(batch_np, steps, dtype="float32", devices=None):
   optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
   batch = dict(batch_np, example_mask=np.ones(len(batch_np["input_ids"]), np.float32))
   with jax.set_mesh(mesh):
-    run = loop.create_run(model, optimizer, mesh, config.mesh.rules,
+    run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
                           {k: v.ndim for k, v in batch_np.items()})
-    gb = loop._global_batch(batch, mesh)
+    gb = placement.global_batch(batch, mesh)
 
     def one():
       run.state, out = run.train_step(run.state, gb)

@@ -1,11 +1,18 @@
 """Shared defaults for every poi-jax task config.
 
-Task files (``configs/squad2.py`` ...) call :func:`get_base_config` and override what differs.
-Variants are picked with ``--config=configs/<task>.py:<variant>`` and single fields with
-``--config.optim.lr=2e-5``. The returned config is locked: an override naming a key that does not
-exist is an error, never silently ignored.
+What every task shares (model basics, data, optim, train, eval, mesh). A system's own section
+lives with the configs that use it: POI-Net's ``coattention`` and DUMA's ``duma`` in
+`configs/heads.py` (used by squad1/squad2/race/dream), the graph in ``configs/nq.py``, QOPN in
+``configs/newsqa.py``, DASSA in ``configs/narrativeqa.py``. Section keys are named after the
+constructor parameters they feed, so a task builds its head as ``Model(enc_cfg, **section)``.
+
+Task files call :func:`get_base_config`, override what differs and apply their variants with
+:func:`apply_variants` (``--config=configs/<task>.py:<variant>[,<variant>...]``, e.g.
+``squad2.py:minilm,bf16``); single fields with ``--config.optim.lr=2e-5``. The returned config is
+locked: an override naming a key that does not exist is an error, never silently ignored.
 """
 import os
+from typing import Callable
 
 import ml_collections
 
@@ -35,7 +42,7 @@ TINY_ENCODER = dict(
 
 def get_base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.task = ""  # name in poi_jax.tasks registry: squad1, squad2, race, dream
+  c.task = ""  # a name of the poi_jax.tasks registry: squad2, dream, nq, ...
   c.seed = 42
 
   # ---- model ------------------------------------------------------------------------------
@@ -46,27 +53,14 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.tokenizer = ""
   # Random-init encoder config (HF config.json fields); used when init_from is empty.
   c.model.encoder = ml_collections.ConfigDict(TINY_ENCODER)
-  c.model.head = "poi"  # poi | duma | none
-  c.model.pos_embedding = True  # POI-Net POS embedding on/off (ablation)
+  # The head on the encoder; each task config names its own (poi | duma | none | graph | ...)
+  # and adds that head's section (configs/heads.py, configs/nq.py, ...).
+  c.model.head = "none"
+  c.model.pos_embedding = False  # POI-Net POS embedding (the POI-Net configs turn it on)
   c.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
   c.model.remat = False  # rematerialise encoder layers
   c.model.scan_layers = False  # run the encoder layer stack with lax.scan
   c.model.dropout = -1.0  # < 0: keep the encoder config's dropout
-  # POI-Net iterative co-attention.
-  c.model.coattention = ml_collections.ConfigDict()
-  c.model.coattention.variant = "paper"  # paper | released | none
-  c.model.coattention.turns = 3
-  c.model.coattention.strategy = "forgetting"  # forgetting | average | weighted | intuition
-  c.model.coattention.nan_guard = True
-  # DUMA dual multi-head co-attention.
-  c.model.duma = ml_collections.ConfigDict()
-  c.model.duma.variant = "paper"  # paper | released
-  c.model.duma.num_layers = 2
-  c.model.duma.share_layers = True
-  c.model.duma.num_heads = -1  # < 0: the encoder's number of heads
-  c.model.duma.fuse = "concat"  # concat | sum | mul
-  c.model.duma.direction = "both"  # both | p2q | q2p
-  c.model.duma.block = "attention"  # attention | transformer (TB-DUMA)
 
   # ---- data -------------------------------------------------------------------------------
   c.data = ml_collections.ConfigDict()
@@ -81,7 +75,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.cache_dir = ""  # feature cache; empty: <workdir>/cache ("none": no cache)
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
-  c.data.race_level = "all"  # all | high | middle
+  # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so
+  # they evaluate on the questions after the training ones (from the first unseen passage).
+  c.data.skip_eval_examples = 0
 
   # ---- optimisation -----------------------------------------------------------------------
   c.optim = ml_collections.ConfigDict()
@@ -160,27 +156,65 @@ def apply_minilm(c: ml_collections.ConfigDict) -> None:
 
 
 def use_shared_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, max_train: int,
-                    max_eval: int) -> None:
+                    max_eval: int, skip_eval: int = 0) -> None:
   """Points a ``tiny`` config at files of ../shared/data (when that directory exists), capped so
-  that train + eval take a minute or two on a CPU."""
+  that train + eval take a minute or two on a CPU. ``skip_eval``: where train and eval read one
+  file, the eval questions start after the training ones, at the first passage training did not
+  see (tests/test_main.py checks that they share no passage)."""
   if not os.path.isdir(SHARED_DATA):
     return
   c.data.train_file = os.path.join(SHARED_DATA, train)
   c.data.eval_file = os.path.join(SHARED_DATA, eval_)
   c.data.max_train_examples = max_train
   c.data.max_eval_examples = max_eval
+  c.data.skip_eval_examples = skip_eval
 
 
-def apply_variant(c: ml_collections.ConfigDict, arg) -> None:
-  """Applies the variant named after the colon in ``--config=configs/<task>.py:<variant>``."""
-  if arg in (None, "", "paper", "albert_xxlarge"):
-    return
-  if arg == "tiny":
-    apply_tiny(c)
-  elif arg == "minilm":
-    apply_minilm(c)
-  elif arg == "albert_base":
-    c.model.init_from = "albert/albert-base-v2"
-  else:
-    raise ValueError(
-        f"unknown config variant {arg!r}; choose tiny, minilm, albert_base or albert_xxlarge")
+def apply_albert_base(c: ml_collections.ConfigDict) -> None:
+  """ALBERT-base (hub): the paper's ablation encoder."""
+  c.model.init_from = "albert/albert-base-v2"
+
+
+def apply_bf16(c: ml_collections.ConfigDict) -> None:
+  """bfloat16 compute (parameters and optimizer state stay float32)."""
+  c.model.dtype = "bfloat16"
+
+
+def _paper(c: ml_collections.ConfigDict) -> None:
+  """The config file's own defaults (the paper's settings)."""
+  del c
+
+
+# Variants every config file may offer, by name; a file picks the ones that make sense for it and
+# adds its own with `variants`.
+COMMON_VARIANTS = {
+    "paper": _paper,
+    "tiny": apply_tiny,
+    "minilm": apply_minilm,
+    "albert_base": apply_albert_base,
+    "albert_xxlarge": _paper,  # the POI-Net configs' default encoder
+    "bf16": apply_bf16,
+}
+
+
+def variants(*common: str, **own: Callable[[ml_collections.ConfigDict], None]
+             ) -> dict[str, Callable[[ml_collections.ConfigDict], None]]:
+  """A config file's variants: the ``common`` ones of `COMMON_VARIANTS`, named, and its ``own``
+  (which replace a common one of the same name, e.g. a ``tiny`` that also points at data)."""
+  table = {name: COMMON_VARIANTS[name] for name in common}
+  table.update(own)
+  return table
+
+
+def apply_variants(c: ml_collections.ConfigDict, arg: str | None,
+                   table: dict[str, Callable[[ml_collections.ConfigDict], None]]) -> None:
+  """Applies the variants named after the colon in ``--config=configs/<task>.py:<arg>``; several
+  combine, comma-separated and applied left to right (``minilm,bf16``). All names are checked
+  before any is applied."""
+  names = [name.strip() for name in (arg or "").split(",") if name.strip()]
+  unknown = [name for name in names if name not in table]
+  if unknown:
+    raise ValueError(f"unknown config variant {unknown[0]!r}; choose from "
+                     f"{', '.join(table)} (several combine: 'minilm,bf16')")
+  for name in names:
+    table[name](c)

@@ -74,6 +74,40 @@ def _data() -> ml_collections.ConfigDict:
   return n
 
 
+def _tiny(c):
+  q = c.model.qanet
+  q.vocab_size, q.word_dim, q.char_dim, q.char_filters = 2000, 16, 8, 16
+  q.hidden, q.num_heads, q.embedding_convs, q.max_word_chars = 32, 4, 2, 12
+  c.model.dassa.heads = "offline"
+  c.model.dassa.semantic_emb_dim = 4
+  c.data.narrativeqa.train_passage_tokens = 200
+  c.data.narrativeqa.eval_passage_tokens = 200
+  c.data.narrativeqa.max_question_tokens = 24
+  c.optim.accum_steps = 1
+  c.train.batch_size = 4
+  c.train.max_steps = 10
+  c.train.log_every = 5
+  c.train.save_every = 10
+
+
+def _minilm(c):
+  base.apply_minilm(c)
+  c.model.head = "encoder_dassa"
+  c.model.tokenizer = ""
+  c.model.dassa.heads = "offline"
+  c.model.dassa.mode = "masked"
+  c.optim.accum_steps = 1
+  c.optim.warmup_ratio = 0.1
+  c.optim.grad_clip = 1.0
+  c.optim.b1 = 0.9
+  c.optim.eps = 1e-6
+  c.train.batch_size = 8
+  c.train.epochs = 2.0
+
+
+VARIANTS = base.variants("paper", "bf16", tiny=_tiny, minilm=_minilm)
+
+
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "narrativeqa"
@@ -98,36 +132,6 @@ def get_config(arg=None):
   c.train.best_metric = "rouge_l"
   c.train.export_best = False
   c.eval.max_answer_length = 30  # encoder_dassa decoding; QANet decodes with no cap
-  if arg in (None, "", "paper"):
-    pass
-  elif arg == "tiny":
-    q = c.model.qanet
-    q.vocab_size, q.word_dim, q.char_dim, q.char_filters = 2000, 16, 8, 16
-    q.hidden, q.num_heads, q.embedding_convs, q.max_word_chars = 32, 4, 2, 12
-    c.model.dassa.heads = "offline"
-    c.model.dassa.semantic_emb_dim = 4
-    c.data.narrativeqa.train_passage_tokens = 200
-    c.data.narrativeqa.eval_passage_tokens = 200
-    c.data.narrativeqa.max_question_tokens = 24
-    c.optim.accum_steps = 1
-    c.train.batch_size = 4
-    c.train.max_steps = 10
-    c.train.log_every = 5
-    c.train.save_every = 10
-  elif arg == "minilm":
-    base.apply_minilm(c)
-    c.model.head = "encoder_dassa"
-    c.model.tokenizer = ""
-    c.model.dassa.heads = "offline"
-    c.model.dassa.mode = "masked"
-    c.optim.accum_steps = 1
-    c.optim.warmup_ratio = 0.1
-    c.optim.grad_clip = 1.0
-    c.optim.b1 = 0.9
-    c.optim.eps = 1e-6
-    c.train.batch_size = 8
-    c.train.epochs = 2.0
-  else:
-    raise ValueError(f"unknown config variant {arg!r}; choose tiny, minilm or paper")
+  base.apply_variants(c, arg, VARIANTS)
   c.lock()
   return c

@@ -23,7 +23,6 @@ import ml_collections
 
 from configs import base
 
-VARIANTS = ("paper", "roberta_base", "minilm", "tiny")
 
 
 def qopn_model() -> ml_collections.ConfigDict:
@@ -47,11 +46,31 @@ def qopn_data() -> ml_collections.ConfigDict:
   return d
 
 
+def _roberta_base(c):
+  c.model.init_from = "FacebookAI/roberta-base"
+
+
+def _minilm(c):
+  base.apply_minilm(c)
+  c.data.max_query_length = 48
+  c.train.batch_size = 8
+  c.train.eval_batch_size = 16
+
+
+def _tiny(c):
+  base.apply_tiny(c)
+  c.model.qopn.num_blocks = 2
+  c.data.max_query_length = 24
+  c.train.batch_size = 8
+  c.train.eval_batch_size = 8
+
+
+VARIANTS = base.variants("paper", "bf16", roberta_base=_roberta_base, minilm=_minilm, tiny=_tiny)
+
+
 def qopn_config(task: str, arg, *, batch_size: int, num_blocks: int,
                 max_answer_length: int) -> ml_collections.ConfigDict:
   """The shared QOPN config of ``task`` (newsqa | nlquad) and its variant ``arg``."""
-  if arg not in (None, "") and arg not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; choose {', '.join(VARIANTS)}")
   c = base.get_base_config()
   c.task = task
   c.model.head = "qopn"
@@ -72,19 +91,7 @@ def qopn_config(task: str, arg, *, batch_size: int, num_blocks: int,
   c.train.eval_batch_size = 16
   c.train.save_every = 2000
   c.eval.max_answer_length = max_answer_length
-  if arg == "roberta_base":
-    c.model.init_from = "FacebookAI/roberta-base"
-  elif arg == "minilm":
-    base.apply_minilm(c)
-    c.data.max_query_length = 48
-    c.train.batch_size = 8
-    c.train.eval_batch_size = 16
-  elif arg == "tiny":
-    base.apply_tiny(c)
-    c.model.qopn.num_blocks = 2
-    c.data.max_query_length = 24
-    c.train.batch_size = 8
-    c.train.eval_batch_size = 8
+  base.apply_variants(c, arg, VARIANTS)
   c.lock()
   return c
 

@@ -41,6 +41,36 @@ def _nq_data() -> ml_collections.ConfigDict:
   return n
 
 
+def _tiny(c):
+  base.apply_tiny(c)
+  c.data.max_seq_length = 128
+  c.data.doc_stride = 64
+  c.data.max_query_length = 24
+  c.model.graph.num_layers = 1
+  c.model.graph.max_sentences = 32
+  c.model.graph.max_paragraphs = 16
+  c.model.graph.max_token_relative = 8
+  c.model.graph.max_sentence_relative = 4
+  c.model.graph.max_paragraph_relative = 2
+  c.data.nq.include_unknowns = 0.2
+  c.data.num_workers = 0
+
+
+def _minilm(c):
+  base.apply_minilm(c)
+  c.data.max_seq_length = 256
+  c.data.doc_stride = 128
+  c.data.max_query_length = 32
+  c.model.graph.max_sentences = 64
+  c.model.graph.max_paragraphs = 32
+  c.data.nq.include_unknowns = 0.1
+  c.train.batch_size = 16
+  c.optim.lr = 5e-5
+
+
+VARIANTS = base.variants("paper", "bf16", tiny=_tiny, minilm=_minilm)
+
+
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "nq"
@@ -58,32 +88,6 @@ def get_config(arg=None):
   c.train.batch_size = 32
   c.train.save_every = 4000
   c.eval.max_answer_length = 30
-  if arg in (None, "", "paper"):
-    pass
-  elif arg == "tiny":
-    base.apply_tiny(c)
-    c.data.max_seq_length = 128
-    c.data.doc_stride = 64
-    c.data.max_query_length = 24
-    c.model.graph.num_layers = 1
-    c.model.graph.max_sentences = 32
-    c.model.graph.max_paragraphs = 16
-    c.model.graph.max_token_relative = 8
-    c.model.graph.max_sentence_relative = 4
-    c.model.graph.max_paragraph_relative = 2
-    c.data.nq.include_unknowns = 0.2
-    c.data.num_workers = 0
-  elif arg == "minilm":
-    base.apply_minilm(c)
-    c.data.max_seq_length = 256
-    c.data.doc_stride = 128
-    c.data.max_query_length = 32
-    c.model.graph.max_sentences = 64
-    c.model.graph.max_paragraphs = 32
-    c.data.nq.include_unknowns = 0.1
-    c.train.batch_size = 16
-    c.optim.lr = 5e-5
-  else:
-    raise ValueError(f"unknown config variant {arg!r}; choose tiny, minilm or paper")
+  base.apply_variants(c, arg, VARIANTS)
   c.lock()
   return c

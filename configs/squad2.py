@@ -3,16 +3,27 @@
 Variants: ``tiny`` (random ALBERT on ../shared/data's SQuAD 2.0 subset: offline end to end in a
 minute or two on a CPU), ``minilm`` (real all-MiniLM-L6-v2,
 offline), ``albert_base`` and ``albert_xxlarge`` (the paper's Table 2: lr 1e-5, warmup 10%,
-2 epochs, batch 24, max length 512). Usage::
+2 epochs, batch 24, max length 512), ``bf16``; variants combine (``minilm,bf16``). Usage::
 
   python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run --mode=train_and_eval
 """
-from configs import base
+from configs import base, heads
+
+
+def _tiny(c):
+  """Offline end to end on ../shared/data."""
+  base.apply_tiny(c)
+  base.use_shared_data(c, "squad2/squad2-dev-subset.json", "squad2/squad2-dev-subset.json",
+                       max_train=160, max_eval=80, skip_eval=208)
+
+
+VARIANTS = base.variants("paper", "minilm", "albert_base", "albert_xxlarge", "bf16", tiny=_tiny)
 
 
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "squad2"
+  heads.add_poi_net(c)
   c.data.train_file = "tfds:squad/v2.0:train"
   c.data.eval_file = "tfds:squad/v2.0:validation"
   c.data.max_seq_length = 512
@@ -23,8 +34,6 @@ def get_config(arg=None):
   c.train.save_every = 4000
   c.optim.lr = 1e-5
   c.model.init_from = "albert/albert-xxlarge-v2"
-  base.apply_variant(c, arg)
-  if arg == "tiny":  # offline end to end on ../shared/data
-    base.use_shared_data(c, "squad2/squad2-dev-subset.json", "squad2/squad2-dev-subset.json", max_train=160, max_eval=80)
+  base.apply_variants(c, arg, VARIANTS)
   c.lock()
   return c

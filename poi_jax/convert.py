@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from poi_jax.models import encoders
 
@@ -59,6 +59,10 @@ def convert(src: str, dst: str, verify: bool = False) -> float | None:
 
 def main(argv):
   del argv
+  if not flags.FLAGS["verbosity"].present:
+    # absl's INFO default shows JAX's backend probing ("Unable to initialize backend 'tpu'") on
+    # every machine without a TPU; --verbosity=0 brings it back.
+    logging.set_verbosity(logging.WARNING)
   if not _FROM.value or not _TO.value:
     print("usage: python -m poi_jax.convert --from=SRC --to=DIR [--verify]", file=sys.stderr)
     return 2

@@ -21,7 +21,7 @@ import shutil
 import numpy as np
 from flax import nnx, traverse_util
 
-from poi_jax.eval.spans import write_json_atomic
+from poi_jax.io import write_json_atomic
 
 MODEL_FILE = "poi_jax_model.safetensors"
 CONFIG_FILE = "poi_jax_config.json"

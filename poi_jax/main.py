@@ -12,22 +12,25 @@ SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
 `jax.distributed.initialize` read the cluster's environment (TPU VMs, SLURM).
 
 Exit codes: 0 done; 1 bad input or config (one line on stderr, before any compilation); 143 the
-run got SIGTERM and saved a checkpoint (run the same command again to resume).
+run got SIGTERM, 130 Ctrl-C, and saved a checkpoint (run the same command again to resume); a
+second Ctrl-C stops at once (130).
+
+``--mode=eval`` / ``predict`` write into ``--output_dir`` (default
+``<workdir>/<mode>/<data name>-<step>``), never over the training run's files.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-import tempfile
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from poi_jax import config_checks, tasks
 from poi_jax.data.pos import NltkResourceError
-from poi_jax import tasks
-from poi_jax.models import build, encoders
+from poi_jax.io import write_json_atomic
+from poi_jax.models import encoders
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
@@ -43,45 +46,36 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "HOST:PORT of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_OUTPUT_DIR = flags.DEFINE_string(
+    "output_dir", "", "eval / predict: where to write predictions and scores (default "
+    "<workdir>/<mode>/<data name>-<checkpoint step>; the training run's files are never touched).")
 
-PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what schedulers expect from a terminated job
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def write_json_atomic(path: str, obj) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-  with os.fdopen(fd, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+def config_summary(config) -> str:
+  """One line a user can check at a glance (the whole config goes to ``config.json``)."""
+  m, d, t, o = config.model, config.data, config.train, config.optim
+  encoder = m.init_from or f"random {m.encoder.get('model_type', 'encoder')}"
+  length = f"{t.max_steps} steps" if t.max_steps > 0 else f"{t.epochs:g} epochs"
+  return (f"{config.task}: {encoder} + {m.head} ({m.dtype}); train {d.train_file or '-'}, "
+          f"eval {d.eval_file or '-'}; lr {o.lr:g}, batch {t.batch_size}, {length}, seed "
+          f"{config.seed}")
 
 
-def describe(config, workdir: str) -> int:
-  """Writes the resolved config, prints it and the model's parameter count (for models on a
-  pretrained encoder: the encoder's and what the head adds over it); returns the count."""
-  os.makedirs(workdir, exist_ok=True)
-  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
-  print(config)
-  model = tasks.abstract_model(config)
-  n = build.parameter_count(model)
-  # The pretrained encoder is `model.encoder`, or `model.bert` where `encoder` mirrors another
-  # original's names (the NQ graph encoder).
-  encoder = next((m for m in (getattr(model, "encoder", None), getattr(model, "bert", None))
-                  if isinstance(getattr(m, "config", None), encoders.EncoderConfig)), None)
-  enc_cfg = getattr(encoder, "config", None)
-  if encoder is not None:
-    n_enc = build.parameter_count(encoder)
-    print(f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
-          f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters")
-    m = config.model
-    detail = {"duma": lambda: f"DUMA {m.duma.variant}, k={m.duma.num_layers}",
-              "poi": lambda: f"co-attention {m.coattention.variant}"}.get(m.head, lambda: None)()
-    pos = getattr(model, "pos_embeddings", None) is not None
-    print(f"head: {m.head} ({(detail + ', ') if detail else ''}POS embedding "
-          f"{'on' if pos else 'off'}): {n - n_enc:,} parameters over the encoder")
-  else:
-    print(f"model: {type(model).__name__} (no pretrained encoder)")
-  print(f"parameters: {n:,}")
-  return n
+def describe(config, workdir: str, *, write_config: bool) -> str:
+  """Prints a one-line summary of the config and the task's description of the model (parameter
+  counts; `poi_jax.tasks.base.Task.describe`); ``write_config``: also writes the resolved config
+  to ``<workdir>/config.json`` (describe mode; the engine writes it once a run is accepted)."""
+  print(config_summary(config))
+  if write_config:
+    os.makedirs(workdir, exist_ok=True)
+    write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict(), sort_keys=True)
+    print(f"resolved config: {os.path.join(workdir, 'config.json')}")
+  summary = tasks.get_task(config.task).describe(config, tasks.abstract_model(config))
+  print(summary)
+  return summary
 
 
 def init_distributed() -> None:
@@ -100,18 +94,25 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
-  init_distributed()
+  config, workdir, mode = _CONFIG.value, _WORKDIR.value, _MODE.value
   from poi_jax.train import loop
   try:
-    describe(_CONFIG.value, _WORKDIR.value)
-    if _MODE.value != "describe":
-      loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, _MODE.value)
+    # Every value and the workdir are checked before anything is read, built or written.
+    config_checks.check_config(config)
+    config_checks.check_workdir(workdir)
+    init_distributed()
+    describe(config, workdir, write_config=mode == "describe")
+    if mode != "describe":
+      loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   except loop.Preempted as e:
     print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
-    return PREEMPTED_EXIT_CODE
+    return 128 + e.signum
+  except KeyboardInterrupt:
+    print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)
+    return INTERRUPTED_EXIT_CODE
   return 0
 
 

@@ -29,6 +29,7 @@ from absl import app, flags, logging
 
 from poi_jax.data.pos import NltkResourceError
 from poi_jax.data.records import ChoiceExample, SquadExample
+from poi_jax.io import default_mode
 from poi_jax.models.encoders import CheckpointError
 
 _MODEL = flags.DEFINE_string("model", None, "A poi-jax workdir or its export/ directory.")
@@ -127,6 +128,7 @@ def predict_file(reader, input_path: str, output_path: str, *, err=sys.stderr) -
   out_dir = os.path.dirname(os.path.abspath(output_path))
   os.makedirs(out_dir, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-")
+  os.chmod(tmp, default_mode())  # mkstemp's 0600 would stay after the rename
   answered = 0
   try:
     with os.fdopen(fd, "w") as f, tqdm(total=len(records), desc="answering", unit="q") as bar:

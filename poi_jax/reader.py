@@ -195,7 +195,7 @@ class Reader:
     if config.model.pos_embedding:
       from poi_jax.data import pos
       pos.ensure_nltk_resources()
-    from poi_jax.train.loop import load_tokenizer
+    from poi_jax.train.setup import load_tokenizer
     tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
     return cls(config, task, model, tokenizer=tokenizer, step=step,
                null_threshold=delta if null_threshold is None else null_threshold,

@@ -94,3 +94,57 @@ def test_duma_paper_variant_has_the_duma_papers_settings(task, warmup, epochs):
   assert c.model.duma.num_layers == 2 and c.model.duma.share_layers
   assert c.optim.lr == 1e-5 and c.train.batch_size == 8
   assert c.optim.warmup_steps == warmup and c.train.epochs == epochs
+
+
+@pytest.mark.parametrize("task", ["squad2", "dream"])
+def test_variants_combine_left_to_right(task):
+  import importlib
+  mod = importlib.import_module(f"configs.{task}")
+  c = mod.get_config("minilm,bf16")
+  assert c.model.init_from == "minilm" and c.model.dtype == "bfloat16"
+  assert c.optim.lr == mod.get_config("minilm").optim.lr  # bf16 changes only the dtype
+  tiny = mod.get_config("tiny,bf16")
+  assert tiny.model.dtype == "bfloat16" and tiny.train.max_steps == mod.get_config("tiny").train.max_steps
+  with pytest.raises(ValueError, match="unknown config variant 'huge'"):
+    mod.get_config("minilm,huge")
+
+
+def test_duma_variant_combines_with_bf16():
+  import importlib
+  c = importlib.import_module("configs.dream").get_config("duma,bf16")
+  assert c.model.head == "duma" and c.optim.warmup_steps == 100 and c.model.dtype == "bfloat16"
+
+
+def test_combined_variant_and_section_override_on_the_command_line(tmp_path):
+  r = _main("--config=configs/squad2.py:tiny,bf16", f"--workdir={tmp_path}",
+            "--config.model.coattention.turns=2")
+  assert r.returncode == 0, r.stderr
+  logged = json.loads((tmp_path / "config.json").read_text())
+  assert logged["model"]["dtype"] == "bfloat16" and logged["model"]["coattention"]["turns"] == 2
+  r = _main("--config=configs/squad2.py:tiny", f"--workdir={tmp_path}",
+            "--config.model.coattention.turnz=2")
+  assert r.returncode != 0 and "did you mean 'turns'" in r.stderr
+
+
+@pytest.mark.parametrize("config,head", [("configs/nq.py:tiny", "head: graph (1 graph layer,"),
+                                         ("configs/newsqa.py:tiny", "head: qopn (2 ")])
+def test_each_task_describes_its_own_head(tmp_path, config, head):
+  r = _main(f"--config={config}", f"--workdir={tmp_path}")
+  assert r.returncode == 0, r.stderr
+  assert head in r.stdout and "parameters over the encoder" in r.stdout
+
+
+@pytest.mark.parametrize("task,read", [("squad2", "read_squad"), ("race", "read_race")])
+def test_tiny_variants_evaluate_on_passages_they_did_not_train_on(task, read):
+  import importlib
+  from poi_jax import tasks
+  from poi_jax.data import readers
+  c = importlib.import_module(f"configs.{task}").get_config("tiny")
+  load = getattr(readers, read)
+  train = tasks.cap(load(c.data.train_file), c.data.max_train_examples)
+  evaluation = tasks.cap(load(c.data.eval_file), c.data.max_eval_examples,
+                         c.data.skip_eval_examples)
+  text = (lambda r: r.context) if task == "squad2" else (lambda r: r.passage)
+  assert len(evaluation) == c.data.max_eval_examples
+  assert not {text(r) for r in train} & {text(r) for r in evaluation}
+  assert not {r.qid for r in train} & {r.qid for r in evaluation}

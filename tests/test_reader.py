@@ -15,7 +15,7 @@ import pytest
 
 from configs import dream as dream_config
 from configs import squad2 as squad_config
-from poi_jax import Reader, export_files
+from poi_jax import Reader, export_files, tasks
 from poi_jax.data import readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
@@ -42,9 +42,17 @@ def squad_run(tmp_path_factory, data_dir):
                 train__max_steps=4, train__save_every=100, train__log_every=2)
 
 
+def _eval_records(workdir, read):
+  """The questions the engine evaluated (its cap and skip of data.eval_file)."""
+  d = json.loads((workdir / "config.json").read_text())["data"]
+  return tasks.cap(read(d["eval_file"]), d["max_eval_examples"], d.get("skip_eval_examples", 0))
+
+
 @pytest.fixture(scope="module")
 def squad_records(squad_run):
-  return readers.read_squad(SQUAD)[:24]
+  records = _eval_records(squad_run, readers.read_squad)
+  assert len(records) == 24
+  return records
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +166,8 @@ def dream_run(tmp_path_factory, data_dir):
 
 
 def test_choose_equals_the_engines_predictions_and_the_export(dream_run):
-  records = readers.read_dream(str(DATA / "dream" / "dev.json"))[:12]
+  records = _eval_records(dream_run, readers.read_dream)
+  assert len(records) == 12
   preds = json.loads((dream_run / "predictions.json").read_text())
   reader = Reader.load(dream_run)
   choices = reader.choose([r.passage for r in records], [r.question for r in records],

@@ -5,11 +5,11 @@ One cache entry is one ``.npz`` file holding every array of a `Features` (``arra
 UTF-8 bytes as a uint8 array: no pickle anywhere, the file loads with ``allow_pickle=False``).
 
 Keys. An entry's file name is its *slot*: a hash of what identifies the job (the featurizer kind,
-every feature option, the tokenizer, the records' source files). Its *key*, stored in the
-manifest, adds what may change under the same slot: the records themselves (every field of every
-record, so an edited data file, another ``max_*_examples`` cap or RACE level is a different key)
-and the cache format version. A changed data file therefore replaces its entry (stale) instead of
-piling up new ones.
+every feature option, the tokenizer, the records' source files and their number). Its *key*,
+stored in the manifest, adds what may change under the same slot: the records themselves (every field of every
+record, so an edited data file or RACE level is a different key) and the cache format version. A
+changed data file therefore replaces its entry (stale) instead of piling up new ones. The record
+count is in the slot: another ``max_*_examples`` cap is another entry, not a stale one.
 
 Checks on load, each logged and followed by a rebuild: an unreadable or truncated file (zip
 central directory or CRC error), a manifest of another format version, a key mismatch (stale), an
@@ -100,15 +100,17 @@ def make_key(kind: str, records: Sequence[Any], tokenizer, options: Mapping[str,
     options: every option that changes the features (JSON-able values).
   """
   sources = sorted({str(getattr(r, "source", "")) for r in records})
+  # The record count is part of the slot: another ``max_*_examples`` cap is another entry (no
+  # "stale" rebuild when switching between caps), while an edited data file under the same
+  # cap replaces its entry.
   slot_parts = {"kind": kind, "options": dict(options),
                 "tokenizer": tokenizer_fingerprint(tokenizer),
-                "sources": _sha("\n".join(sources))}
+                "sources": _sha("\n".join(sources)), "n_records": len(records)}
   slot = _sha(json.dumps(slot_parts, sort_keys=True, default=str))
-  key_parts = {"slot": slot, "records": records_fingerprint(records), "n_records": len(records),
+  key_parts = {"slot": slot, "records": records_fingerprint(records),
                "format": CACHE_FORMAT_VERSION}
   key = _sha(json.dumps(key_parts, sort_keys=True))
-  description = dict(slot_parts, n_records=len(records),
-                     sources=sources[:3] + (["..."] if len(sources) > 3 else []))
+  description = dict(slot_parts, sources=sources[:3] + (["..."] if len(sources) > 3 else []))
   return CacheKey(slot=slot, key=key, description=description)
 
 

@@ -1,10 +1,7 @@
-"""n-best span decoding across windows, SQuAD 2.0 null scores, and atomic prediction files."""
+"""n-best span decoding across windows and SQuAD 2.0 null scores."""
 from __future__ import annotations
 
 import collections
-import json
-import os
-import tempfile
 
 import numpy as np
 
@@ -67,18 +64,3 @@ def best_non_null(nbest: dict[str, list]) -> dict[str, str]:
   """The best non-empty answer of each question of ``decode_squad``'s n-best lists ("" when a
   question has no span candidate)."""
   return {qid: next((c["text"] for c in cands if c["text"]), "") for qid, cands in nbest.items()}
-
-
-def write_json_atomic(path: str, obj) -> None:
-  """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``."""
-  d = os.path.dirname(os.path.abspath(path))
-  os.makedirs(d, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise

@@ -11,11 +11,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-# Variables keep their logical names as metadata (for `nnx.get_partition_spec`) but are not
-# sharded eagerly at creation: the engine shards the whole state at once from the config's rules.
-nnx.use_eager_sharding(False)
 
 Axes = tuple[str | None, ...]
+
+
+def named(initializer, axes: Axes):
+  """``initializer`` whose variables carry the logical ``axes`` as metadata (for
+  `nnx.get_partition_spec` and the engine's rules) without being sharded at creation: the engine
+  shards the whole state at once from the config's rules. Per variable (``eager_sharding=False``)
+  rather than the process-wide `nnx.use_eager_sharding`, so importing poi_jax changes no Flax
+  setting of its user."""
+  return nnx.with_partitioning(initializer, axes, eager_sharding=False)
 
 
 def compute_dtype(name: str) -> jnp.dtype:
@@ -30,8 +36,8 @@ def dense(in_features: int, out_features: int, axes: Axes, *, init_std: float, d
   """
   return nnx.Linear(
       in_features, out_features, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
-      kernel_init=nnx.with_partitioning(nnx.initializers.normal(init_std), axes),
-      bias_init=nnx.with_partitioning(nnx.initializers.zeros_init(), (axes[-1],)),
+      kernel_init=named(nnx.initializers.normal(init_std), axes),
+      bias_init=named(nnx.initializers.zeros_init(), (axes[-1],)),
       precision=None, rngs=rngs)
 
 
@@ -40,15 +46,15 @@ def layer_norm(features: int, eps: float, *, dtype, rngs, axis_name: str | None 
   """LayerNorm over the last axis (biased variance, eps from the config, as torch does)."""
   return nnx.LayerNorm(
       features, epsilon=eps, dtype=dtype, param_dtype=jnp.float32,
-      scale_init=nnx.with_partitioning(nnx.initializers.ones_init(), (axis_name,)),
-      bias_init=nnx.with_partitioning(nnx.initializers.zeros_init(), (axis_name,)),
+      scale_init=named(nnx.initializers.ones_init(), (axis_name,)),
+      bias_init=named(nnx.initializers.zeros_init(), (axis_name,)),
       rngs=rngs)
 
 
 def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> nnx.Embed:
   return nnx.Embed(
       num, features, dtype=dtype, param_dtype=jnp.float32,
-      embedding_init=nnx.with_partitioning(nnx.initializers.normal(init_std), axes), rngs=rngs)
+      embedding_init=named(nnx.initializers.normal(init_std), axes), rngs=rngs)
 
 
 def _gelu_exact(x):

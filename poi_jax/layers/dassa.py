@@ -129,10 +129,10 @@ class DassaSelfAttention(nnx.Module):
     key = rngs.params
     self._queries_projection = nnx.Param(
         _xavier_normal_3d(proj_shape)(key(), proj_shape, jnp.float32),
-        out_sharding=("heads", None, "kv"))
+        out_sharding=("heads", None, "kv"), eager_sharding=False)
     self._keys_projection = nnx.Param(
         _xavier_normal_3d(proj_shape)(key(), proj_shape, jnp.float32),
-        out_sharding=("heads", None, "kv"))
+        out_sharding=("heads", None, "kv"), eager_sharding=False)
     table = lambda width: common.embed(num_semantic_labels, width, (None, None), init_std=1.0,
                                        dtype=dtype, rngs=rngs)
     self._semantic_label_embedding_q_w = table(semantic_emb_dim)

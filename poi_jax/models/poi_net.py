@@ -5,9 +5,10 @@ reading comprehension, on ALBERT, BERT or RoBERTa encoders.
   tokens, 38 other/empty, 39 spare) of the encoder's embedding width (ALBERT: the factorised
   size), initialised like the other embeddings and added to word + position + type embeddings
   before the embedding LayerNorm through the encoder's ``extra_embeddings`` hook.
-* Iterative co-attention (§2.2-2.3, `poi_jax.layers.poi_coattention`): ``coattention="paper"``
+* Iterative co-attention (§2.2-2.3, `poi_jax.layers.poi_coattention`): ``variant="paper"``
   (``turns``, ``strategy``), ``"released"`` (``nan_guard``) or ``"none"`` (plain encoder baseline,
-  for the paper's Table 4 ablations together with ``pos_embedding=False``).
+  for the paper's Table 4 ablations together with ``pos_embedding=False``). The keyword arguments
+  are the keys of the configs' ``model.coattention`` section (`configs/heads.py`).
 * Heads (§2.4): QA = Linear D->2 on the co-attended sequence, start/end cross-entropy averaged as
   transformers does; multiple choice = per option max-pool of the co-attended sequence over the
   tokens of its two domains, Linear D->1, softmax over options. The released multiple-choice code
@@ -38,15 +39,18 @@ COATTENTION_VARIANTS = ("paper", "released", "none")
 class _PoiNetBase(nnx.Module):
   """Encoder + POS table + co-attention; subclasses add the output layer."""
 
-  def __init__(self, encoder_config: encoders.EncoderConfig, *, coattention: str = "paper",
+  def __init__(self, encoder_config: encoders.EncoderConfig, *, variant: str = "paper",
                turns: int = 3, strategy: str = "forgetting", nan_guard: bool = True,
                pos_embedding: bool = True, rngs: nnx.Rngs):
-    if coattention not in COATTENTION_VARIANTS:
-      raise ValueError(f"coattention must be one of {COATTENTION_VARIANTS}, got {coattention!r}")
+    """``variant``: the co-attention (paper | released | none); ``turns``, ``strategy``: the paper
+    variant's; ``nan_guard``: the released variant's."""
+    if variant not in COATTENTION_VARIANTS:
+      raise ValueError(f"co-attention variant must be one of {COATTENTION_VARIANTS}, got "
+                       f"{variant!r}")
     if strategy not in coatt.STRATEGIES:
       raise ValueError(f"strategy must be one of {coatt.STRATEGIES}, got {strategy!r}")
     self.config = encoder_config
-    self.coattention = coattention
+    self.coattention = variant
     self.turns, self.strategy, self.nan_guard = int(turns), strategy, bool(nan_guard)
     self.encoder = encoders.build_encoder(encoder_config, rngs=rngs)
     self.pos_embeddings = (common.embed(POS_VOCAB, encoder_config.embedding_dim, (None, "embed"),

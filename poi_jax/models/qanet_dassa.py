@@ -242,11 +242,11 @@ class QanetDassa(nnx.Module):
       if word_vectors.shape[1] != word_dim:
         raise ValueError(f"word vectors are {word_vectors.shape[1]}-d, word_dim={word_dim}")
       self.word_embedding = FrozenEmbedding(jnp.asarray(word_vectors, jnp.float32),
-                                            out_sharding=("vocab", None))
+                                            out_sharding=("vocab", None), eager_sharding=False)
     else:
       self.word_embedding = nnx.Param(
           nnx.initializers.normal(0.1)(rngs.params(), (vocab_size, word_dim), jnp.float32)
-          .at[PAD_ID].set(0.0), out_sharding=("vocab", None))
+          .at[PAD_ID].set(0.0), out_sharding=("vocab", None), eager_sharding=False)
     self.char_embedding = common.embed(NUM_CHARS, char_dim, (None, None), init_std=0.1,
                                        dtype=dtype, rngs=rngs)
     self.char_conv = nnx.Conv(char_dim, char_filters, (char_kernel,), padding="VALID",
@@ -260,8 +260,8 @@ class QanetDassa(nnx.Module):
     self._phrase_layer = block(num_convs=embedding_convs, kernel=embedding_kernel)
     self._matrix_attention = nnx.Param(
         nnx.initializers.normal(1.0 / math.sqrt(3 * hidden))(rngs.params(), (3 * hidden,)),
-        out_sharding=(None,))
-    self._matrix_attention_bias = nnx.Param(jnp.zeros(()), out_sharding=())
+        out_sharding=(None,), eager_sharding=False)
+    self._matrix_attention_bias = nnx.Param(jnp.zeros(()), out_sharding=(), eager_sharding=False)
     self._modeling_proj_layer = common.dense(4 * hidden, hidden, ("mlp", "embed"),
                                              init_std=0.02, dtype=dtype, rngs=rngs)
 

@@ -1,38 +1,55 @@
 """Task registry: the config's ``task`` name -> `poi_jax.tasks.base.Task`.
 
-Each system lives in its own module defining ``TASKS = {name: Task}``; modules are imported on
-first use, so a task whose optional dependencies are missing does not break the others.
+A system registers in one place: its module in this package defines ``TASKS = {name: Task}``
+(e.g. `poi_jax.tasks.squad`). The registry finds those modules itself, importing them on first
+use, so a task whose optional dependencies are missing does not break the others: asking for it
+names the module and the missing dependency.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from poi_jax.tasks.base import Task, cap, local_path
 
-# name -> module defining it.
-REGISTRY = {
-    "squad1": "poi_jax.tasks.squad",
-    "squad2": "poi_jax.tasks.squad",
-    "race": "poi_jax.tasks.choice",
-    "dream": "poi_jax.tasks.choice",
-    "nq": "poi_jax.tasks.nq",
-    "newsqa": "poi_jax.tasks.qopn",
-    "nlquad": "poi_jax.tasks.qopn",
-    "narrativeqa": "poi_jax.tasks.narrativeqa",
-}
+# Modules of this package that define no task.
+_NOT_TASKS = frozenset({"base"})
+_registry: dict[str, Task] | None = None
+_unavailable: dict[str, str] = {}  # module -> why it could not be imported
+
+
+def _discover() -> dict[str, Task]:
+  global _registry
+  if _registry is None:
+    found: dict[str, Task] = {}
+    for info in pkgutil.iter_modules(__path__):
+      if info.name in _NOT_TASKS or info.name.startswith("_"):
+        continue
+      name = f"{__name__}.{info.name}"
+      try:
+        module = importlib.import_module(name)
+      except ImportError as e:  # an optional dependency of that system is missing
+        _unavailable[name] = str(e)
+        continue
+      for task_name, task in getattr(module, "TASKS", {}).items():
+        if task_name in found:
+          raise RuntimeError(f"task {task_name!r} is defined twice ({name} and another module)")
+        found[task_name] = task
+    _registry = found
+  return _registry
+
+
+def names() -> list[str]:
+  """Every available task name."""
+  return sorted(_discover())
 
 
 def get_task(name: str) -> Task:
-  if name not in REGISTRY:
-    raise ValueError(f"unknown task {name!r}; known: {sorted(REGISTRY)}")
-  try:
-    module = importlib.import_module(REGISTRY[name])
-  except ModuleNotFoundError as e:
-    if e.name == REGISTRY[name]:
-      raise ValueError(f"task {name!r} is not available in this version of poi-jax "
-                       f"(module {REGISTRY[name]} is missing)") from None
-    raise
-  return module.TASKS[name]
+  registry = _discover()
+  if name not in registry:
+    why = "".join(f"; {m} could not be imported ({e})" for m, e in _unavailable.items())
+    raise ValueError(f"unknown task {name!r}; known: {sorted(registry)}{why}")
+  return registry[name]
 
 
 def build_model(config, rngs):
@@ -46,4 +63,4 @@ def abstract_model(config):
   return nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
 
 
-__all__ = ["Task", "REGISTRY", "get_task", "build_model", "abstract_model", "cap", "local_path"]
+__all__ = ["Task", "names", "get_task", "build_model", "abstract_model", "cap", "local_path"]

@@ -37,21 +37,28 @@ class Task:
     metric: key of ``evaluate``'s result that selects the best checkpoint.
     read: ``(config, split) -> records`` with ``split`` in {"train", "eval", "predict"} (files
       ``data.train_file``, ``data.eval_file``, ``data.predict_file``; "predict" need not have
-      answers); validates the input and raises a clear error (file, record, field) before any
-      compute.
+      answers, "eval" must: an evaluation that cannot be scored fails here, before training);
+      validates the input and raises a clear error (file, record, field) before any compute.
     featurize: ``(records, tokenizer, config, is_training) -> Features`` (``arrays``: dict of
       ``(N, ...)`` numpy arrays, ``meta``: whatever ``evaluate`` needs).
     build_model: ``(config, rngs) -> nnx.Module`` with random weights (see the module docstring).
     load_pretrained: ``(model, checkpoint) -> report``: loads ``model.init_from`` into the model.
-    evaluate: ``(config, records, features, outputs, workdir) -> dict of scores``; writes the
-      predictions into ``workdir`` atomically. ``outputs``: the model's outputs over all features,
-      as numpy arrays with leading axis N.
+    evaluate: ``(config, records, features, outputs, out_dir, *, score=True) -> dict of
+      scores``; writes the predictions (and, when scoring, the gold it scored against where the
+      official format has one) into ``out_dir``; ``score=False`` (predict mode): predictions
+      only, returns ``{}``. Scores come from ``records`` (never by re-reading a file), so every
+      source, TFDS included, and every cap is scored. ``outputs``: the model's outputs over all
+      features, as numpy arrays with leading axis N.
     model_keys: the feature arrays the model reads (others stay on the host).
     export_pretrained: ``(model, directory, tokenizer) -> None`` or None: the fine-tuned encoder
       as a HuggingFace directory.
     higher_is_better: for ``metric``.
     needs_tokenizer: bool, or ``config -> bool``; False for models with their own vocabulary
       (QANet + GloVe): the engine then passes ``tokenizer=None`` to ``featurize``.
+    encoder_attr: the attribute of the model holding its pretrained encoder (``encoder``;
+      ``bert`` where the model mirrors an original's names), for parameter counts.
+    describe_head: ``(config, model) -> str``: one line naming the head and its options, printed
+      with the parameter count (default: ``model.head``).
   """
   name: str
   metric: str
@@ -64,10 +71,30 @@ class Task:
   export_pretrained: Callable[..., None] | None = None
   higher_is_better: bool = True
   needs_tokenizer: bool | Callable[[Config], bool] = True
+  encoder_attr: str = "encoder"
+  describe_head: Callable[[Config, nnx.Module], str] | None = None
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
                 else self.needs_tokenizer)
+
+  def describe(self, config: Config, model: nnx.Module) -> str:
+    """The model's parameter count: for a model on a pretrained encoder, the encoder's and what
+    the head adds over it."""
+    from poi_jax.models import build, encoders
+    n = build.parameter_count(model)
+    encoder = getattr(model, self.encoder_attr, None)
+    enc_cfg = getattr(encoder, "config", None)
+    if not isinstance(enc_cfg, encoders.EncoderConfig):
+      return f"model: {type(model).__name__} (no pretrained encoder)\nparameters: {n:,}"
+    n_enc = build.parameter_count(encoder)
+    head = (self.describe_head(config, model) if self.describe_head is not None
+            else config.model.head)
+    return "\n".join([
+        f"encoder: {enc_cfg.model_type}, {enc_cfg.num_hidden_layers} layers, hidden "
+        f"{enc_cfg.hidden_size}, embedding {enc_cfg.embedding_dim}: {n_enc:,} parameters",
+        f"head: {head}: {n - n_enc:,} parameters over the encoder",
+        f"parameters: {n:,}"])
 
   def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k in self.model_keys}
@@ -88,6 +115,7 @@ def local_path(config: Config, split: str) -> str:
   return path
 
 
-def cap(records: list, n: int | None) -> list:
-  """The first ``n`` records (``n`` None or negative: all)."""
+def cap(records: list, n: int | None, skip: int = 0) -> list:
+  """``n`` records after the first ``skip`` (``n`` None or negative: all after ``skip``)."""
+  records = records[skip:] if skip > 0 else records
   return records if n is None or n < 0 else records[:n]

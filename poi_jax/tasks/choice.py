@@ -11,7 +11,8 @@ from poi_jax.data.features import multiple_choice
 from poi_jax.data.features.multiple_choice import build_choice_features
 from poi_jax.data.pos import pos_version
 from poi_jax.data.readers import tfds as tfds_reader
-from poi_jax.eval import choice, spans
+from poi_jax.eval import choice
+from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 from poi_jax.tasks import squad as squad_task
@@ -63,27 +64,24 @@ def build_model(config, rngs):
   enc_cfg = build.encoder_config(config)
   cls = poi_net.PoiNetForMultipleChoice
   if m.head == "poi":
-    return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
-               strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
-               pos_embedding=m.pos_embedding, rngs=rngs)
+    return cls(enc_cfg, **m.coattention, pos_embedding=m.pos_embedding, rngs=rngs)
   if m.head == "none":
-    return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
+    return cls(enc_cfg, variant="none", pos_embedding=False, rngs=rngs)
   if m.head == "duma":
     from poi_jax.models import duma
-    d = m.duma
-    return duma.DumaForMultipleChoice(
-        enc_cfg, variant=d.variant, num_layers=d.num_layers, share_layers=d.share_layers,
-        num_heads=d.num_heads, fuse=d.fuse, direction=d.direction, block=d.block,
-        pos_embedding=m.pos_embedding, rngs=rngs)
+    return duma.DumaForMultipleChoice(enc_cfg, **m.duma, pos_embedding=m.pos_embedding,
+                                      rngs=rngs)
   raise ValueError(f"unknown model.head={m.head!r} for task {config.task!r} "
                    f"(known: poi, duma, none)")
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   del config, records
   logits = np.asarray(outputs["logits"])
   preds = {qid: int(p) for qid, p in zip(features.meta["ids"], logits.argmax(-1))}
-  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  if not score:
+    return {}  # predict mode: predictions only
   return choice.choice_accuracy(logits, features.arrays["labels"], features.meta["levels"])
 
 
@@ -91,7 +89,8 @@ def _task(name, read):
   return base.Task(name=name, metric="accuracy", read=read, featurize=featurize,
                    build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
                    load_pretrained=squad_task.load_pretrained,
-                   export_pretrained=squad_task.export_pretrained)
+                   export_pretrained=squad_task.export_pretrained,
+                   describe_head=squad_task.describe_head)
 
 
 TASKS = {"race": _task("race", _read_race), "dream": _task("dream", _read_dream)}

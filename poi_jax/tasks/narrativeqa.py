@@ -17,7 +17,8 @@ from poi_jax.data.features import oracle
 from poi_jax.data.features import views as views_lib
 from poi_jax.data.features.extractive import Features
 from poi_jax.data.readers import narrativeqa as reader
-from poi_jax.eval import rouge_bleu, spans
+from poi_jax.eval import rouge_bleu
+from poi_jax.io import write_json_atomic
 from poi_jax.tasks import base
 
 QANET_KEYS = ("passage_words", "passage_chars", "passage_mask", "question_words",
@@ -226,7 +227,7 @@ def export_pretrained(model, directory, tokenizer=None):
     encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   del records
   from poi_jax.models import qanet_dassa
   meta = features.meta
@@ -244,9 +245,9 @@ def evaluate(config, records, features, outputs, workdir):
       e_l = np.where(ok, end[i], -np.inf)[None]
       s, e = qanet_dassa.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
       preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
-  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  if not config.data.eval_file:
-    return {}  # predict mode
+  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  if not score:
+    return {}  # predict mode: predictions only
   return rouge_bleu.narrativeqa_scores(preds, meta["references"])
 
 

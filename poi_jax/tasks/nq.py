@@ -8,7 +8,7 @@ from poi_jax.data import cache, parallel
 from poi_jax.data.features import nq_windows
 from poi_jax.data.readers import nq as nq_reader
 from poi_jax.eval import nq as nq_eval
-from poi_jax.eval.spans import write_json_atomic
+from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -71,6 +71,12 @@ def build_model(config, rngs):
   return nq_graph.NqGraphModel(enc_cfg, graph_config(config, enc_cfg), rngs=rngs)
 
 
+def describe_head(config, model) -> str:
+  g = config.model.graph
+  layers = f"{g.num_layers} graph layer{'' if g.num_layers == 1 else 's'}"
+  return f"graph ({layers}, {g.formulation} attention)"
+
+
 def load_pretrained(model, checkpoint):
   from poi_jax.models import encoders
   return encoders.load_encoder_weights(model.bert, checkpoint)
@@ -81,12 +87,15 @@ def export_pretrained(model, directory, tokenizer=None):
   encoders.export_pretrained(model.bert, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   preds = nq_eval.decode_nq(records, features, outputs,
                             max_answer_length=config.eval.max_answer_length)
   write_json_atomic(os.path.join(workdir, "predictions.json"), {"predictions": preds})
+  if not score:
+    return {}  # predict mode: predictions only
   if not any(r.annotations for r in records):
-    return {}  # predict mode on a file without answers
+    raise ValueError(f"data.eval_file={config.data.eval_file!r} has no annotations to score "
+                     f"against; use --mode=predict for predictions only")
   n = config.data.nq
   return nq_eval.nq_metrics(nq_eval.gold_labels(records), preds,
                             long_non_null_threshold=n.long_non_null_threshold,
@@ -95,4 +104,5 @@ def evaluate(config, records, features, outputs, workdir):
 
 TASKS = {"nq": base.Task(name="nq", metric=METRIC, read=read, featurize=featurize,
                          build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
-                         load_pretrained=load_pretrained, export_pretrained=export_pretrained)}
+                         load_pretrained=load_pretrained, export_pretrained=export_pretrained,
+                         encoder_attr="bert", describe_head=describe_head)}

@@ -18,7 +18,8 @@ from poi_jax.data import cache
 from poi_jax.data.features import segments
 from poi_jax.data.readers.newsqa import read_newsqa
 from poi_jax.data.readers.nlquad import read_nlquad
-from poi_jax.eval import iou, spans
+from poi_jax.eval import iou
+from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -89,12 +90,13 @@ def build_model(config, rngs):
     raise ValueError(f"model.head={m.head!r} is not a head for task {config.task!r} (known: "
                      f"{', '.join(HEADS)}; the sliding-window baseline is configs/squad1.py "
                      f"with model.head=none)")
-  q = m.qopn
-  return qopn.QopnForQuestionAnswering(
-      build.encoder_config(config), num_blocks=q.num_blocks, num_heads=q.num_heads,
-      block_style=q.block_style, question_window=question_window(config),
-      scan_blocks=q.scan_blocks, use_qoii=q.use_qoii, use_gbif=q.use_gbif, use_qgip=q.use_qgip,
-      dropout=q.dropout, rngs=rngs)
+  return qopn.QopnForQuestionAnswering(build.encoder_config(config), **m.qopn,
+                                       question_window=question_window(config), rngs=rngs)
+
+
+def describe_head(config, model) -> str:
+  q = config.model.qopn
+  return f"qopn ({q.num_blocks} {q.block_style} blocks)"
 
 
 def load_pretrained(model, checkpoint):
@@ -107,7 +109,7 @@ def export_pretrained(model, directory, tokenizer=None):
   encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir):
+def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
   from poi_jax.models import qopn
   m = features.meta
   decoded = qopn.decode_spans(outputs["start_logits"], outputs["end_logits"], m["token_index"],
@@ -117,10 +119,10 @@ def evaluate(config, records, features, outputs, workdir):
     preds[qid] = text
     detail[qid] = {"text": text, "start": a, "end": b, "score": score}
     char_spans[qid] = (a, b)
-  spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  spans.write_json_atomic(os.path.join(workdir, "prediction_spans.json"), detail)
-  if not config.data.eval_file or not all(r.answers for r in records):
-    return {}  # predict mode: no answers to score against
+  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+  write_json_atomic(os.path.join(workdir, "prediction_spans.json"), detail)
+  if not score:
+    return {}  # predict mode: predictions only
   scores = iou.evaluate_spans(records, char_spans)
   if config.task == "newsqa":
     scores = {k: scores[k] for k in ("exact_match", "f1")}
@@ -130,7 +132,8 @@ def evaluate(config, records, features, outputs, workdir):
 def _task(name):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
                    build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
-                   load_pretrained=load_pretrained, export_pretrained=export_pretrained)
+                   load_pretrained=load_pretrained, export_pretrained=export_pretrained,
+                   describe_head=describe_head)
 
 
 TASKS = {"newsqa": _task("newsqa"), "nlquad": _task("nlquad")}

@@ -1,7 +1,6 @@
 """SQuAD 1.1 / 2.0 (extractive): POI-Net or the plain encoder, official SQuAD metrics."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 
@@ -11,6 +10,7 @@ from poi_jax.data.features.extractive import build_extractive_features, check_op
 from poi_jax.data.pos import pos_version
 from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.eval import spans, squad
+from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -77,13 +77,21 @@ def build_model(config, rngs):
   enc_cfg = build.encoder_config(config)
   cls = poi_net.PoiNetForQuestionAnswering
   if m.head == "poi":
-    return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
-               strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
-               pos_embedding=m.pos_embedding, rngs=rngs)
+    return cls(enc_cfg, **m.coattention, pos_embedding=m.pos_embedding, rngs=rngs)
   if m.head == "none":
-    return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
+    return cls(enc_cfg, variant="none", pos_embedding=False, rngs=rngs)
   raise ValueError(f"model.head={m.head!r} is not an extractive head for task {config.task!r} "
                    f"(known: poi, none)")
+
+
+def describe_head(config, model) -> str:
+  """``poi (co-attention paper, POS embedding on)``, ``duma (DUMA paper, k=2, ...)``, ``none``."""
+  m = config.model
+  detail = {"poi": lambda: f"co-attention {m.coattention.variant}",
+            "duma": lambda: f"DUMA {m.duma.variant}, k={m.duma.num_layers}"}.get(m.head)
+  pos = getattr(model, "pos_embeddings", None) is not None
+  return (f"{m.head} ({detail() + ', ' if detail else ''}POS embedding "
+          f"{'on' if pos else 'off'})")
 
 
 def load_pretrained(model, checkpoint):
@@ -108,22 +116,38 @@ def restrict(dataset: list, qids: set) -> list:
   return out
 
 
+def gold_dataset(records) -> list[dict]:
+  """The SQuAD ``data`` list of exactly the evaluated ``records`` (one paragraph per question,
+  grouped by title), built from the records so that TFDS sources and capped files are scored
+  alike; written beside the predictions as ``gold.json``, so the official evaluator scores the
+  run as it is."""
+  articles: dict[str, list] = {}
+  for r in records:
+    qa = {"id": r.qid, "question": r.question, "answers": list(r.answers)}
+    if r.is_impossible:
+      qa["is_impossible"] = True
+    articles.setdefault(r.title, []).append({"context": r.context, "qas": [qa]})
+  return [{"title": title, "paragraphs": paras} for title, paras in articles.items()]
+
+
 def _evaluate(version_2: bool):
-  def evaluate(config, records, features, outputs, workdir):
+  def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
     e = config.eval
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
         n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,
         version_2_with_negative=version_2,
         null_score_diff_threshold=e.null_score_diff_threshold)
-    spans.write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-    spans.write_json_atomic(os.path.join(workdir, "nbest_predictions.json"), nbest)
-    if not config.data.eval_file or not os.path.exists(config.data.eval_file):
-      return {}  # predict mode on a file without answers
-    with open(config.data.eval_file) as f:
-      dataset = restrict(json.load(f)["data"], {r.qid for r in records})
+    write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
+    write_json_atomic(os.path.join(workdir, "nbest_predictions.json"), nbest)
     if version_2:
-      spans.write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
+      write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
+    if not score:
+      return {}  # predict mode: predictions only
+    dataset = gold_dataset(records)
+    write_json_atomic(os.path.join(workdir, "gold.json"), {"version": "v2.0" if version_2
+                                                           else "1.1", "data": dataset})
+    if version_2:
       results = squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
       if odds:  # the paper's δ, fitted on this set (tuned_*; see eval.squad)
         results.update(squad.tuned_null_threshold(dataset, spans.best_non_null(nbest), odds))
@@ -136,7 +160,7 @@ def _task(name, version_2):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
                    build_model=build_model, evaluate=_evaluate(version_2),
                    model_keys=MODEL_KEYS, load_pretrained=load_pretrained,
-                   export_pretrained=export_pretrained)
+                   export_pretrained=export_pretrained, describe_head=describe_head)
 
 
 TASKS = {"squad1": _task("squad1", False), "squad2": _task("squad2", True)}

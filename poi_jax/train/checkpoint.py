@@ -1,6 +1,7 @@
 """Checkpoints with orbax: save every N steps, at the end and on preemption (SIGTERM); keep the
 last k and the best by the eval metric; resume with the same parameters, optimizer state, RNG
-state and data position; export the best to a HuggingFace directory.
+state and data position; export the best to a HuggingFace directory. SIGTERM and Ctrl-C save
+before stopping (`PreemptionWatcher`).
 
 Layout of ``<workdir>/checkpoints/<step>/``: ``state`` (the ``nnx.state`` of model and optimizer
 as a pure dict; PRNG keys stored as their raw ``uint32`` data) and ``meta`` (JSON: step, loader
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import threading
@@ -24,7 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from poi_jax.eval.spans import write_json_atomic
+from poi_jax.io import write_json_atomic
 
 
 class WorkdirError(ValueError):
@@ -58,12 +60,33 @@ def check_workdir(workdir: str, signature: dict) -> None:
     write_json_atomic(path, signature)
 
 
+def has_checkpoints(workdir: str) -> bool:
+  """Whether ``<workdir>/checkpoints`` holds a finished checkpoint (creates nothing)."""
+  directory = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(directory) and bool(ocp.utils.checkpoint_steps(directory))
+
+
 def _is_key(x) -> bool:
   return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _to_storable(tree):
   return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+class _QuietPeriodicSaves(logging.Filter):
+  """orbax warns "Requested `tracked_metric`; did not provide metrics" at every periodic save of
+  a manager that tracks a metric; those saves are metric-free by design (the eval saves carry
+  the metric), so the line is noise."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "did not provide metrics" not in record.getMessage()
+
+
+def _quiet_orbax() -> None:
+  logger = logging.getLogger("absl")
+  if not any(isinstance(f, _QuietPeriodicSaves) for f in logger.filters):
+    logger.addFilter(_QuietPeriodicSaves())
 
 
 class Checkpointer:
@@ -93,6 +116,7 @@ class Checkpointer:
         enable_async_checkpointing=False, create=True)
     self.best_metric = best_metric
     self.higher_is_better = higher_is_better
+    _quiet_orbax()
     self.manager = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")),
                                          options=options, item_names=("state", "meta"))
 
@@ -114,6 +138,11 @@ class Checkpointer:
     pick = max if self.higher_is_better else min
     return pick(scored, key=lambda x: (x[0], x[1]) if self.higher_is_better
                 else (x[0], -x[1]))[1]
+
+  def evaluated_step(self) -> int | None:
+    """The checkpoint ``eval`` / ``predict`` use: the best, else the latest (None: none)."""
+    best = self.best_step()
+    return best if best is not None else self.latest_step()
 
   def save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None = None) -> None:
     if step in self.manager.all_steps():
@@ -148,24 +177,41 @@ class Checkpointer:
 
 
 class PreemptionWatcher:
-  """Turns SIGTERM (what TPU/GPU schedulers send before preempting) into a flag that the training
-  loop polls between steps, so the run saves a checkpoint and exits cleanly."""
+  """Turns SIGTERM (what TPU/GPU schedulers send before preempting) and Ctrl-C (SIGINT) into a
+  flag that the training loop polls between steps, so the run saves a checkpoint and exits
+  cleanly. A second Ctrl-C raises KeyboardInterrupt at once (the last saved checkpoint stays)."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
     self._event = threading.Event()
-    self._previous = None
+    self._previous: dict = {}
+    self.signum: int | None = None  # the first signal received
+
+  def _handle(self, signum, frame):
+    if signum == signal.SIGINT and self._event.is_set():
+      raise KeyboardInterrupt  # second Ctrl-C: stop now
+    if self.signum is None:
+      self.signum = signum
+    self._event.set()
+    if signum == signal.SIGINT:
+      print("\nCtrl-C: saving a checkpoint after this step (Ctrl-C again to stop at once)",
+            flush=True)
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, lambda *_: self._event.set())
+      for sig in self.SIGNALS:
+        self._previous[sig] = signal.signal(sig, self._handle)
     return self
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for sig, previous in self._previous.items():
+      signal.signal(sig, previous)
+    self._previous = {}
 
   def requested(self) -> bool:
-    """True when any process got SIGTERM (all processes agree, so they save the same step)."""
+    """True when any process got SIGTERM or SIGINT (all processes agree, so they save the same
+    step)."""
     flag = self._event.is_set()
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils

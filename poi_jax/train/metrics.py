@@ -1,25 +1,60 @@
-"""Metrics to ``<workdir>/metrics.jsonl`` (one JSON object per line) and TensorBoard."""
+"""Metrics to ``<workdir>/metrics.jsonl`` (one JSON object per line) and TensorBoard.
+
+On resume (`MetricWriter.resume`), rows past the restored step (written by a run that died
+before its next checkpoint) are dropped from ``metrics.jsonl`` and TensorBoard is told to purge
+them, so the logged curve is the one the resumed run continues.
+"""
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
+
+from poi_jax.io import default_mode
 
 
 class MetricWriter:
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.enabled = enabled
+    self._dir = workdir
+    self._path = os.path.join(workdir, "metrics.jsonl")
     self._jsonl = None
     self._tb = None
+    self._purge_step: int | None = None
     if enabled:
       os.makedirs(workdir, exist_ok=True)
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+      self._jsonl = open(self._path, "a")
+
+  def resume(self, step: int) -> None:
+    """Drops the rows after ``step`` (the restored checkpoint's) from ``metrics.jsonl``, and
+    has TensorBoard discard its events from ``step + 1`` on."""
+    if not self.enabled:
+      return
+    self._jsonl.close()
+    with open(self._path) as f:
+      lines = f.readlines()
+    keep = [line for line in lines if (s := _step_of(line)) is not None and s <= step]
+    if len(keep) != len(lines):
+      fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".tmp-")
+      with os.fdopen(fd, "w") as f:
+        f.writelines(keep)
+      os.chmod(tmp, default_mode())
+      os.replace(tmp, self._path)
+      self._purge_step = step + 1
+    self._jsonl = open(self._path, "a")
+
+  def _tensorboard(self):
+    if self._tb is None:
       try:
         from tensorboardX import SummaryWriter
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
       except ImportError:  # TensorBoard is optional; metrics.jsonl always works
-        self._tb = None
+        self._tb = False
+      else:
+        self._tb = SummaryWriter(os.path.join(self._dir, "tensorboard"),
+                                 purge_step=self._purge_step)
+    return self._tb
 
   def write(self, step: int, **scalars) -> None:
     if not self.enabled:
@@ -27,12 +62,20 @@ class MetricWriter:
     record = {"step": int(step), "time": time.time(), **{k: float(v) for k, v in scalars.items()}}
     self._jsonl.write(json.dumps(record) + "\n")
     self._jsonl.flush()
-    if self._tb is not None:
+    tb = self._tensorboard()
+    if tb:
       for k, v in scalars.items():
-        self._tb.add_scalar(k, float(v), step)
+        tb.add_scalar(k, float(v), step)
 
   def close(self) -> None:
     if self._jsonl:
       self._jsonl.close()
-    if self._tb is not None:
+    if self._tb:
       self._tb.close()
+
+
+def _step_of(line: str) -> int | None:
+  try:
+    return int(json.loads(line)["step"])
+  except (ValueError, KeyError, TypeError):
+    return None  # a torn last line of a killed run: dropped with the rows after the checkpoint

@@ -107,6 +107,17 @@ def test_changed_data_makes_the_entry_stale_and_replaces_it(tmp_path, tokenizer,
   _equal(got, build_extractive_features(edited, tokenizer, **OPTS))
 
 
+def test_another_cap_is_another_entry_not_a_stale_one(tmp_path, tokenizer, examples, caplog):
+  # Switching max_*_examples back and forth neither warns "stale" nor rebuilds.
+  for subset in (examples, examples[:6], examples):
+    build = Counter(lambda: build_extractive_features(subset, tokenizer, **OPTS))
+    with caplog.at_level(logging.WARNING, logger="poi_jax.data.cache"):
+      cache.cached_features(str(tmp_path), "extractive", subset, tokenizer, OPTS, build)
+  assert "stale" not in caplog.text and "not usable" not in caplog.text
+  assert build.calls == 0  # the third call found the first call's entry
+  assert len(list(tmp_path.iterdir())) == 2
+
+
 def test_every_option_and_the_tokenizer_are_in_the_key(tokenizer, examples):
   base = cache.make_key("extractive", examples, tokenizer, OPTS)
   for name, value in [("max_seq_length", 96), ("doc_stride", 16), ("max_query_length", 8),

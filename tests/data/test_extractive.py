@@ -8,8 +8,9 @@ import transformers
 from poi_jax.data import pos
 from poi_jax.data.features.extractive import build_extractive_features
 from poi_jax.data.readers import read_squad
-from poi_jax.eval.spans import decode_squad, write_json_atomic
+from poi_jax.eval.spans import decode_squad
 from poi_jax.eval.squad import squad_v2_evaluate
+from poi_jax.io import write_json_atomic
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +103,13 @@ def test_prediction_files_are_written_atomically(tmp_path, monkeypatch):
     write_json_atomic(str(path), {"a": "y"})
   assert json.loads(path.read_text()) == {"a": "x"}  # the old file is intact
   assert [p.name for p in tmp_path.iterdir()] == ["predictions.json"]
+
+
+def test_too_short_windows_blame_the_length_not_the_stride(tokenizer):
+  from poi_jax.data.features.extractive import check_options
+  with pytest.raises(ValueError) as e:
+    check_options(tokenizer, max_seq_length=60, doc_stride=128, max_query_length=64)
+  assert str(e.value).startswith("data.max_seq_length=60 leaves no room for the context")
+  with pytest.raises(ValueError) as e:
+    check_options(tokenizer, max_seq_length=100, doc_stride=128, max_query_length=64)
+  assert "raise data.max_seq_length or lower data.doc_stride" in str(e.value)

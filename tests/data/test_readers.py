@@ -66,3 +66,19 @@ def test_bad_choice_records(tmp_path):
   (tmp_path / "r" / "high" / "1.txt").write_text(json.dumps({"id": "h", "article": "a"}))
   with pytest.raises(DataError, match=r"record 'h', field 'questions': missing"):
     read_race(tmp_path / "r", "high")
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"", "the file is empty"), (b"  \n", "the file is empty"),
+    (b'{"version": "v2.0", "data": [{"title": "t"', "truncated"),
+    (b'{"data": [}', "not valid JSON"),
+    ('{"data": []}'.encode("utf-16"), "not UTF-8"),
+    (b'{"data": [{"title": "caf\xe9"}]}', "not UTF-8 text (byte 0xe9 at offset 27)")])
+def test_unreadable_files_name_the_file_and_the_cause(tmp_path, content, problem):
+  for reader, name in ((read_squad, "s.json"), (read_dream, "d.json")):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError) as e:
+      reader(path)
+    assert str(e.value).startswith(f"{path}: ") and problem in str(e.value)
+    assert "record None" not in str(e.value) and "<file>" not in str(e.value)

@@ -3,6 +3,8 @@
 Needs the `[tfds]` extra (tensorflow-datasets; TensorFlow is not needed): the tests skip, naming
 the reason, when it is not installed. Run alone with `python -m pytest -m tfds tests/data`.
 """
+import json
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,42 @@ def test_squad_task_reads_a_tfds_source():
   with _mock(SQUAD_ROWS):
     got = squad_task.read(c, "eval")
   assert [r.qid for r in got] == ["q1", "q2"]
+
+
+def _rows(records):
+  """TFDS ``squad/v2.0`` rows of SQuAD records."""
+  def answers(items):
+    return {"text": np.array([a["text"] for a in items] or [], dtype=object),
+            "answer_start": np.array([a["answer_start"] for a in items], np.int32)}
+  return [{"id": r.qid, "title": r.title, "context": r.context, "question": r.question,
+           "answers": answers(r.answers), "is_impossible": r.is_impossible,
+           "plausible_answers": answers(r.plausible_answers)} for r in records]
+
+
+def test_the_default_job_scores_a_tfds_eval_split(tmp_path, data_dir):
+  """configs/squad2.py evaluates on tfds:squad/v2.0:validation: the engine scores it (the
+  official metric's gold structure is built from the records) and writes the gold file."""
+  from configs import squad2
+  from poi_jax.data.readers import read_squad
+  from poi_jax.eval import squad as squad_metrics
+  from poi_jax.train import loop
+  records = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")
+  splits = {"train": _rows(records[:32]), "validation": _rows(records[300:330])}
+  c = squad2.get_config("tiny")
+  with c.unlocked():
+    c.data.train_file = "tfds:squad/v2.0:train"
+    c.data.eval_file = "tfds:squad/v2.0:validation"
+    c.data.max_train_examples = c.data.max_eval_examples = -1
+    c.data.skip_eval_examples = 0
+    c.train.max_steps = 2
+    c.train.export_best = False
+    c.data.num_workers = 0
+  with tfds.testing.mock_data(as_data_source_fn=lambda self, split, **kw: splits[split]):
+    results = loop.train_and_evaluate(c, str(tmp_path))
+  assert results["total"] == results["num_questions"] == 30
+  gold = json.loads((tmp_path / "gold.json").read_text())["data"]
+  preds = json.loads((tmp_path / "predictions.json").read_text())
+  odds = json.loads((tmp_path / "null_odds.json").read_text())
+  assert squad_metrics.squad_v2_evaluate(gold, preds, odds)["f1"] == pytest.approx(results["f1"])
+  # The run selected its best checkpoint by that score.
+  assert (tmp_path / "checkpoints" / "2").is_dir()

@@ -77,7 +77,7 @@ def _torch_released(h, cs, ce):
 @pytest.mark.parametrize("variant", ["paper", "released", "none"])
 def test_qa_model_matches_pytorch_assembly(tmp_path, variant):
   model = poi_net.PoiNetForQuestionAnswering(encoders.EncoderConfig(**ALBERT),
-                                             coattention=variant, rngs=nnx.Rngs(0))
+                                             variant=variant, rngs=nnx.Rngs(0))
   batch = _qa_batch(np.random.default_rng(0))
   out = model({k: jnp.asarray(v) for k, v in batch.items()})
   pt = _torch_encoder(model, tmp_path)
@@ -142,9 +142,9 @@ def test_pos_table_is_the_only_parameter_added_albert_base():
   enc = nnx.eval_shape(lambda: encoders.build_encoder(cfg, rngs=nnx.Rngs(0)))
   for variant in ("paper", "released"):
     poi = nnx.eval_shape(lambda: poi_net.PoiNetForQuestionAnswering(
-        cfg, coattention=variant, rngs=nnx.Rngs(0)))
+        cfg, variant=variant, rngs=nnx.Rngs(0)))
     base = nnx.eval_shape(lambda: poi_net.PoiNetForQuestionAnswering(
-        cfg, coattention="none", pos_embedding=False, rngs=nnx.Rngs(0)))
+        cfg, variant="none", pos_embedding=False, rngs=nnx.Rngs(0)))
     delta = encoders.count_params(poi) - encoders.count_params(base)
     assert delta == 40 * 128  # the POS table; the co-attention has no parameters
     head = 768 * 2 + 2

@@ -15,7 +15,8 @@ def main(data, fsdp, tensor, out_path):
 
   from configs import squad2
   from poi_jax import tasks
-  from poi_jax.train import loop, optim
+  from poi_jax.train import optim, placement
+  from poi_jax.train import step as step_lib
 
   config = squad2.get_config("tiny")
   with config.unlocked():
@@ -44,9 +45,9 @@ def main(data, fsdp, tensor, out_path):
   }
   batch["end_positions"] = np.maximum(batch["start_positions"], batch["end_positions"])
   with jax.set_mesh(mesh):
-    run = loop.create_run(model, optimizer, mesh, config.mesh.rules,
+    run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
                           {k: v.ndim for k, v in batch.items() if k != "example_mask"})
-    run.state, out = run.train_step(run.state, loop._global_batch(batch, mesh))
+    run.state, out = run.train_step(run.state, placement.global_batch(batch, mesh))
   params = {}
   specs = {}
   for path, x in jax.tree_util.tree_leaves_with_path(run.state):

@@ -7,7 +7,8 @@ from flax import nnx
 
 from configs import squad2
 from poi_jax import tasks
-from poi_jax.train import loop, optim
+from poi_jax.train import optim, placement
+from poi_jax.train import step as step_lib
 from poi_jax.train import mesh as mesh_lib
 
 
@@ -39,10 +40,10 @@ def _params_after(batches, accum):
   tx, _ = optim.make_optimizer(config.optim, 10)
   optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
   with jax.set_mesh(mesh):
-    run = loop.create_run(model, optimizer, mesh, config.mesh.rules,
+    run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
                           {k: v.ndim for k, v in _batch().items() if k != "example_mask"})
     for b in batches:
-      run.state, _ = run.train_step(run.state, loop._global_batch(b, mesh))
+      run.state, _ = run.train_step(run.state, placement.global_batch(b, mesh))
   model, _ = nnx.merge(run.graphdef, run.state)
   return jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
 

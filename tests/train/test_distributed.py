@@ -20,9 +20,9 @@ def test_two_processes_log_the_same_losses_as_one(tmp_path):
   two = subprocess.run(["bash", "launch/local_multiprocess.sh", "--",
                         *er.tiny_args(tmp_path / "two", *extra)],
                        cwd=er.ROOT, env=env, capture_output=True, text=True, timeout=600)
-  logs = "".join(p.read_text()[-2000:] for p in sorted((tmp_path / "logs").glob("*.log")))
-  assert two.returncode == 0, two.stderr + logs
-  assert "2 process(es)" in logs
+  logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*.log")))
+  assert two.returncode == 0, two.stderr + logs[-4000:]
+  assert "2 process(es)" in logs  # (anywhere: progress bars of a slow run push it far back)
 
   a, b = er.losses(tmp_path / "one"), er.losses(tmp_path / "two")
   assert sorted(a) == sorted(b) == list(range(1, steps + 1))

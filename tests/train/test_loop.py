@@ -72,7 +72,9 @@ def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
   r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=eval")
   assert r.returncode == 0, r.stderr[-3000:]
   assert "evaluating checkpoint 6" in r.stdout
-  again = json.loads((tmp_path / "eval_results.json").read_text())
+  # eval writes into a directory of its own (issue 17), never over the training run's files.
+  again = json.loads((tmp_path / "eval" / "squad2-dev-subset-6" / "eval_results.json")
+                     .read_text())
   assert again["f1"] == pytest.approx(trained["f1"], abs=1e-9)
 
   data = json.loads(squad.read_text())
@@ -82,11 +84,12 @@ def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
         qa.pop("answers", None), qa.pop("plausible_answers", None), qa.pop("is_impossible", None)
   unlabelled = tmp_path / "unlabelled.json"
   unlabelled.write_text(json.dumps(data))
-  (tmp_path / "predictions.json").unlink()
   r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=predict",
             f"--config.data.predict_file={unlabelled}")
   assert r.returncode == 0, r.stderr[-3000:]
-  assert json.loads((tmp_path / "predictions.json").read_text()) == preds
+  assert json.loads((tmp_path / "predict" / "unlabelled-6" / "predictions.json").read_text()) \
+      == preds
+  assert json.loads((tmp_path / "predictions.json").read_text()) == preds  # untouched
 
   transformers = pytest.importorskip("transformers", reason="test extra: transformers (torch)")
   exported = transformers.AutoModel.from_pretrained(tmp_path / "export")

@@ -110,12 +110,18 @@ def check_options(tokenizer, *, max_seq_length: int, doc_stride: int, max_query_
   if not getattr(tokenizer, "is_fast", False):
     raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the features need "
                      f"its offsets (return_offsets_mapping)")
-  room = max_seq_length - max_query_length - tokenizer.num_special_tokens_to_add(pair=True)
-  if room <= 0 or doc_stride >= room:
+  specials = tokenizer.num_special_tokens_to_add(pair=True)
+  room = max_seq_length - max_query_length - specials
+  if room <= 0:
+    raise ValueError(
+        f"data.max_seq_length={max_seq_length} leaves no room for the context: it must exceed "
+        f"data.max_query_length ({max_query_length}) + the {specials} special tokens; raise "
+        f"max_seq_length or lower max_query_length")
+  if doc_stride >= room:
     raise ValueError(
         f"data.doc_stride={doc_stride} must be smaller than the context room of a window, "
         f"max_seq_length ({max_seq_length}) - max_query_length ({max_query_length}) - special "
-        f"tokens ({tokenizer.num_special_tokens_to_add(pair=True)}) = {room}")
+        f"tokens ({specials}) = {room}: raise data.max_seq_length or lower data.doc_stride")
 
 
 def original_ids(tokenizer, token_ids, word_tags, past_end: list, record_id: str,

@@ -2,20 +2,11 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 
-from poi_jax.data.records import ChoiceExample, DataError
+from poi_jax.data.records import ChoiceExample, DataError, load_json
 
 LETTERS = "ABCDEFGH"
-
-
-def _load(path):
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except json.JSONDecodeError as e:
-    raise DataError(path, None, "<file>", f"not valid JSON ({e})") from None
 
 
 def read_race(root: str, level: str = "all") -> list[ChoiceExample]:
@@ -32,7 +23,7 @@ def read_race(root: str, level: str = "all") -> list[ChoiceExample]:
     raise DataError(root, None, "<dir>", f"no RACE files under {root}/{{{','.join(levels)}}}")
   out = []
   for lv, path in files:
-    d = _load(path)
+    d = load_json(path)
     pid = d.get("id", os.path.basename(path))
     for field in ("article", "questions", "options", "answers"):
       if field not in d:
@@ -51,13 +42,13 @@ def read_dream(path: str) -> list[ChoiceExample]:
   """DREAM ``[[dialogue_lines, [{question, choice, answer}], id], ...]``; the dialogue lines
   (with their ``M:``/``W:`` speakers) are joined with newlines into the passage."""
   path = os.fspath(path)
-  data = _load(path)
+  data = load_json(path)
   if not isinstance(data, list):
-    raise DataError(path, None, "<file>", "expected the DREAM list of dialogues")
+    raise DataError(path, None, None, "expected the DREAM list of dialogues")
   out = []
-  for item in data:
+  for n, item in enumerate(data):
     if not (isinstance(item, list) and len(item) == 3):
-      raise DataError(path, None, "<record>", "each record is [dialogue_lines, questions, id]")
+      raise DataError(path, f"#{n}", None, "each record is [dialogue_lines, questions, id]")
     lines, questions, did = item
     for i, q in enumerate(questions):
       rid = f"{did}-{i}"

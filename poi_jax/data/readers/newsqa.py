@@ -19,11 +19,10 @@ Bad input (an empty article, a span outside the article or inverted, a missing f
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 
-from poi_jax.data.records import DataError, SquadExample
+from poi_jax.data.records import DataError, SquadExample, load_json
 
 
 @dataclasses.dataclass
@@ -53,11 +52,7 @@ def _span(path, qid, field, ans, text_len) -> tuple[int, int] | None:
 def load_newsqa(path: str, split: str = "") -> tuple[list[SquadExample], NewsqaCounts]:
   """The answerable, good questions of ``split`` and what was dropped."""
   path = os.fspath(path)
-  try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
-  except json.JSONDecodeError as e:
-    raise DataError(path, None, "<file>", f"not valid JSON ({e})") from None
+  data = load_json(path)
   if not isinstance(data, dict) or not isinstance(data.get("data"), list):
     raise DataError(path, None, "data", "expected the combined NewsQA object with a 'data' list")
   has_type = any(isinstance(s, dict) and "type" in s for s in data["data"])

@@ -1,18 +1,9 @@
 """SQuAD 1.1 / 2.0 JSON (``version``, ``data[].paragraphs[].qas[]``)."""
 from __future__ import annotations
 
-import json
 import os
 
-from poi_jax.data.records import DataError, SquadExample
-
-
-def _load_json(path: str):
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except json.JSONDecodeError as e:
-    raise DataError(path, None, "<file>", f"not valid JSON ({e})") from None
+from poi_jax.data.records import DataError, SquadExample, load_json
 
 
 def read_squad(path: str, *, require_answers: bool = True) -> list[SquadExample]:
@@ -25,7 +16,7 @@ def read_squad(path: str, *, require_answers: bool = True) -> list[SquadExample]
   answers.
   """
   path = os.fspath(path)
-  data = _load_json(path)
+  data = load_json(path)
   if not isinstance(data, dict) or not isinstance(data.get("data"), list):
     raise DataError(path, None, "data", "expected a SQuAD object with a 'data' list")
   out = []

@@ -1,0 +1,87 @@
+"""Every numeric config field that has a domain, checked in one place before anything is built.
+
+``check_config(config)`` raises `ConfigError` naming the field, its value and what it must be;
+``check_workdir(workdir)`` says in one line why a workdir cannot be used. The entry point calls
+both before reading data, compiling or writing anything.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+
+class ConfigError(ValueError):
+  """A config value outside its domain (the message names the field)."""
+
+
+# field -> (test, what the value must be). Fields a config does not have are skipped (a task's
+# own sections are checked by its model's constructor).
+_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "optim.lr": (lambda v: v > 0, "> 0"),
+    "optim.warmup_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "optim.warmup_steps": (lambda v: v >= -1 and v == int(v), "an integer >= 0 (-1: use warmup_ratio)"),
+    "optim.weight_decay": (lambda v: v >= 0, ">= 0"),
+    "optim.b1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "optim.b2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "optim.eps": (lambda v: v > 0, "> 0"),
+    "optim.grad_clip": (lambda v: v >= 0, ">= 0 (0: no clipping)"),
+    "optim.accum_steps": (lambda v: v >= 1 and v == int(v), "an integer >= 1"),
+    "train.epochs": (lambda v: v >= 0, ">= 0"),
+    "train.max_steps": (lambda v: v >= -1, ">= 1, or 0 / -1 (use train.epochs)"),
+    "train.batch_size": (lambda v: v >= 1, ">= 1"),
+    "train.eval_batch_size": (lambda v: v >= 1, ">= 1"),
+    "train.log_every": (lambda v: v >= 1, ">= 1"),
+    "train.eval_every": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (each epoch)"),
+    "train.save_every": (lambda v: v >= 1, ">= 1"),
+    "train.keep_checkpoints": (lambda v: v >= 1, ">= 1"),
+    "data.max_seq_length": (lambda v: v >= 8, ">= 8"),
+    "data.doc_stride": (lambda v: v >= 1, ">= 1"),
+    "data.max_query_length": (lambda v: v >= 1, ">= 1"),
+    "data.num_workers": (lambda v: v >= 0, ">= 0 (0: featurise in this process)"),
+    "data.max_train_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
+    "data.max_eval_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
+    "eval.n_best_size": (lambda v: v >= 1, ">= 1"),
+    "eval.max_answer_length": (lambda v: v >= 1, ">= 1"),
+    "model.dropout": (lambda v: v < 0 or v < 1, "in [0, 1), or < 0 (the encoder's)"),
+    "mesh.data": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (the rest of the devices)"),
+    "mesh.fsdp": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),
+    "mesh.tensor": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),
+}
+
+
+def _get(config, dotted: str):
+  node = config
+  for part in dotted.split("."):
+    if part not in node:
+      return None
+    node = node[part]
+  return node
+
+
+def check_config(config) -> None:
+  """Raises `ConfigError` for the first field outside its domain (and for a run with nothing to
+  train: ``train.max_steps`` <= 0 and ``train.epochs`` 0)."""
+  for field, (ok, domain) in _RULES.items():
+    value = _get(config, field)
+    if value is None:
+      continue
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ConfigError(f"{field}={value!r} must be a number {domain}")
+    if not ok(value):
+      raise ConfigError(f"{field}={value!r} must be {domain}")
+  steps, epochs = _get(config, "train.max_steps"), _get(config, "train.epochs")
+  if steps is not None and epochs is not None and steps <= 0 and epochs == 0:
+    raise ConfigError(f"train.epochs=0 with train.max_steps={steps} trains nothing: set "
+                      f"train.epochs > 0 or train.max_steps >= 1")
+
+
+def check_workdir(workdir: str) -> None:
+  """Raises `ConfigError` in one line when ``workdir`` cannot hold the run's files."""
+  path = os.path.abspath(workdir)
+  existing = path
+  while not os.path.exists(existing):  # the deepest existing ancestor decides
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ConfigError(f"--workdir={workdir}: {existing} is a file, not a directory")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ConfigError(f"--workdir={workdir}: {existing} is not writable")

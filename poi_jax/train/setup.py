@@ -1,0 +1,227 @@
+"""Everything a run needs, built and validated before anything compiles (MaxText's
+``setup_train_loop``): the task, the mesh, the tokenizer, the records and features of each split,
+the model (+ pretrained weights), the optimizer and the step count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Callable
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import nnx
+
+from poi_jax import tasks
+from poi_jax.data.features.extractive import Features
+from poi_jax.io import write_json_atomic
+from poi_jax.models import build, checks, encoders
+from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.train import mesh as mesh_lib
+from poi_jax.train import optim
+
+MODES = ("train", "eval", "train_and_eval", "predict")
+
+
+@dataclasses.dataclass
+class Split:
+  """One data split: its records (for decoding and scoring), their features, and how many
+  records its source holds (more than ``len(records)`` when a cap applies)."""
+  records: list
+  features: Features
+  num_in_source: int
+
+
+@dataclasses.dataclass
+class Run:
+  """The pieces of one run of the engine. ``model``/``optimizer`` hold the initial (host) state
+  until the loop places them on the mesh (`poi_jax.train.step.create_sharded_state`) as
+  ``sharded``."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  mode: str
+  # Where evaluations write their files: the workdir while training; for eval / predict a
+  # directory of their own (`output_dir`), so they never touch the training run's files.
+  output_dir: str
+  task: tasks.Task
+  mesh: Any
+  tokenizer: Any
+  train: Split | None
+  eval: Split | None
+  model: nnx.Module
+  optimizer: nnx.Optimizer
+  schedule: Callable[[int], Any]
+  total_steps: int  # optimizer updates
+  accum: int  # loader batches per optimizer update
+  best_metric: str
+  checkpointer: ckpt_lib.Checkpointer
+  # Set by the loop inside the mesh context: the placed state and jitted steps, the metric
+  # writer.
+  sharded: Any = None
+  writer: Any = None
+
+  @property
+  def is_chief(self) -> bool:
+    return jax.process_index() == 0
+
+  def batch_ndims(self) -> dict[str, int]:
+    """The model's batch arrays and their ranks."""
+    split = self.train or self.eval
+    return {k: np.ndim(v) for k, v in self.task.model_arrays(split.features.arrays).items()}
+
+
+def load_tokenizer(config):
+  name = config.model.tokenizer or config.model.init_from
+  if not name:
+    raise ValueError("model.tokenizer is empty and there is no model.init_from to take the "
+                     "tokenizer from")
+  tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint(name))
+  if tok is None:
+    raise ValueError(f"no fast tokenizer found for {name!r}")
+  return tok
+
+
+def check_batch_sizes(config, mesh) -> None:
+  """Batch sizes divisible by the data-parallel devices and by the processes (before compile)."""
+  n_data = mesh_lib.data_parallel_size(mesh)
+  for name in ("batch_size", "eval_batch_size"):
+    bs = int(config.train[name])
+    if bs <= 0:
+      raise mesh_lib.MeshError(f"train.{name}={bs} must be positive")
+    if bs % n_data:
+      raise mesh_lib.MeshError(f"train.{name}={bs} is not divisible by the {n_data} "
+                               f"data-parallel devices (mesh data x fsdp = "
+                               f"{mesh.shape['data']} x {mesh.shape['fsdp']})")
+    if bs % jax.process_count():
+      raise mesh_lib.MeshError(f"train.{name}={bs} is not divisible by the "
+                               f"{jax.process_count()} processes")
+
+
+def with_cache_dir(config, workdir: str):
+  """``data.cache_dir`` resolved: empty -> ``<workdir>/cache``; "none" -> no cache."""
+  cache_dir = config.data.get("cache_dir", None)
+  if cache_dir is None or (cache_dir and cache_dir != "none"):
+    return config
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.data.cache_dir = "" if cache_dir == "none" else os.path.join(workdir, "cache")
+  return config
+
+
+def config_dict(config) -> dict:
+  """The resolved config as plain JSON values (what ``config.json`` holds)."""
+  return json.loads(config.to_json())
+
+
+def _total_steps(config, features: Features, task) -> int:
+  arrays = task.model_arrays(features.arrays)
+  if checks.is_concrete(arrays) and "input_ids" in arrays:
+    checks.check_batch(arrays)
+  n_train = len(next(iter(arrays.values())))
+  steps_per_epoch = max(n_train // config.train.batch_size, 1)
+  return (config.train.max_steps if config.train.max_steps > 0
+          else max(int(config.train.epochs * steps_per_epoch), 1))
+
+
+def default_output_dir(config, workdir: str, mode: str, checkpointer) -> str:
+  """``<workdir>/<eval|predict>/<data name>-<checkpoint step>`` (``init`` for
+  ``model.init_from`` weights), e.g. ``eval/squad2-dev-subset-2000``."""
+  source = ((config.data.predict_file or config.data.eval_file) if mode == "predict"
+            else config.data.eval_file)
+  name = os.path.splitext(os.path.basename(source.rstrip("/")))[0] if not \
+      source.startswith("tfds:") else source[len("tfds:"):]
+  name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "data"
+  step = checkpointer.evaluated_step()
+  return os.path.join(workdir, mode, f"{name}-{'init' if step is None else step}")
+
+
+def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") -> Run:
+  """Reads and validates every input, builds the model and the optimizer, and writes the
+  resolved config once the run is accepted; raises a clear error (file, record, field) before
+  anything is compiled. ``output_dir_override``: where eval / predict write (default
+  `default_output_dir`)."""
+  if mode not in MODES:
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+  task = tasks.get_task(config.task)
+  config = with_cache_dir(config, workdir)
+  mesh = mesh_lib.make_mesh(config.mesh)
+  check_batch_sizes(config, mesh)
+  if config.model.pos_embedding:
+    from poi_jax.data import pos
+    pos.ensure_nltk_resources()  # fail now, not after minutes of tokenising
+  tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
+
+  if mode in ("eval", "predict") and not config.model.init_from \
+      and not ckpt_lib.has_checkpoints(workdir):
+    raise ValueError(f"--mode={mode}: {workdir} holds no checkpoint and model.init_from is "
+                     f"empty, so there are no trained weights to evaluate; train first, or pass "
+                     f"--config.model.init_from=<checkpoint>")
+
+  # Read and validate every input before anything is built.
+  train_records = eval_records = None
+  n_train_source = n_eval_source = 0
+  d = config.data
+  if mode in ("train", "train_and_eval"):
+    records = task.read(config, "train")
+    n_train_source, train_records = len(records), tasks.cap(records, d.max_train_examples)
+  if mode in ("eval", "train_and_eval", "predict"):
+    records = task.read(config, "predict" if mode == "predict" else "eval")
+    n_eval_source = len(records)
+    eval_records = tasks.cap(records, d.max_eval_examples, d.get("skip_eval_examples", 0))
+    if not eval_records:
+      raise ValueError(f"no {'predict' if mode == 'predict' else 'eval'} questions left after "
+                       f"data.skip_eval_examples={d.get('skip_eval_examples', 0)} and "
+                       f"data.max_eval_examples={d.max_eval_examples} ({n_eval_source} in the "
+                       f"source)")
+    if len(eval_records) < n_eval_source:
+      print(f"{'predicting' if mode == 'predict' else 'scoring'} {len(eval_records)} of "
+            f"{n_eval_source} questions (data.max_eval_examples={d.max_eval_examples}, "
+            f"data.skip_eval_examples={d.get('skip_eval_examples', 0)})")
+
+  model = task.build_model(config, nnx.Rngs(config.seed))
+  if config.model.init_from and task.load_pretrained is not None:
+    report = task.load_pretrained(model, config.model.init_from)
+    logging.info("loaded %s: %s", config.model.init_from, report)
+  n_params = build.parameter_count(model)
+  signature = ckpt_lib.model_signature(config, nnx.state(model, nnx.Param))
+  ckpt_lib.check_workdir(workdir, signature)
+  best_metric = config.train.best_metric or task.metric
+  checkpointer = ckpt_lib.Checkpointer(workdir, keep=config.train.keep_checkpoints,
+                                       best_metric=best_metric,
+                                       higher_is_better=task.higher_is_better)
+  output_dir = workdir
+  if mode in ("eval", "predict"):
+    output_dir = output_dir_override or default_output_dir(config, workdir, mode, checkpointer)
+  if jax.process_index() == 0:
+    if mode in ("train", "train_and_eval"):  # the run is accepted: record its config (eval and
+      # predict write theirs with their results, in their own directory)
+      write_json_atomic(os.path.join(workdir, "config.json"), config_dict(config),
+                        sort_keys=True)
+    print(f"task {config.task}; mesh {dict(mesh.shape)} over {jax.device_count()} devices, "
+          f"{jax.process_count()} process(es); parameters {n_params:,}")
+  logging.info("config:\n%s", config)
+
+  train = evaluation = None
+  total = 1
+  if train_records is not None:
+    train = Split(train_records,
+                  task.featurize(train_records, tokenizer, config, is_training=True),
+                  n_train_source)
+    total = _total_steps(config, train.features, task)
+  if eval_records is not None:
+    evaluation = Split(eval_records,
+                       task.featurize(eval_records, tokenizer, config, is_training=False),
+                       n_eval_source)
+
+  tx, schedule = optim.make_optimizer(config.optim, total)
+  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  return Run(config=config, workdir=workdir, mode=mode, output_dir=output_dir, task=task,
+             mesh=mesh,
+             tokenizer=tokenizer, train=train, eval=evaluation, model=model,
+             optimizer=optimizer, schedule=schedule, total_steps=total,
+             accum=max(int(config.optim.accum_steps), 1),
+             best_metric=best_metric, checkpointer=checkpointer)

@@ -1,0 +1,66 @@
+"""The jitted steps: a pure train step and a predict step over the sharded model + optimizer.
+
+Both take the whole state of ``(model, optimizer)`` as one pytree with one set of shardings, so
+that the loop and the checkpointer handle a single object. The train step donates it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import optax
+from flax import nnx
+
+from poi_jax.train import mesh as mesh_lib
+from poi_jax.train import placement
+
+
+def train_step(graphdef, state, batch):
+  """One optimizer update: ``state`` = nnx state of (model, optimizer); ``batch`` holds the model's
+  arrays plus ``example_mask``. Returns the new state and ``{"loss", "grad_norm"}`` (scalars).
+  Dropout keys come from the RNG state inside the model, so the step is a pure function."""
+  model, optimizer = nnx.merge(graphdef, state)
+
+  def loss_fn(m):
+    return m.loss(batch, m(batch, deterministic=False))
+
+  loss, grads = nnx.value_and_grad(loss_fn)(model)
+  optimizer.update(model, grads)
+  return nnx.state((model, optimizer)), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+
+def predict_step(graphdef, state, batch):
+  """The model's outputs (dict of arrays, leading axis = batch) in inference mode."""
+  model, _ = nnx.merge(graphdef, state)
+  return model(batch, deterministic=True)
+
+
+@dataclasses.dataclass
+class ShardedState:
+  """The model + optimizer state placed on the mesh, and the steps compiled for it.
+
+  ``train_step(state, batch) -> (state, metrics)`` (state donated);
+  ``predict_step(state, batch) -> outputs``."""
+  graphdef: Any
+  state: nnx.State
+  shardings: Any
+  mesh: Any
+  train_step: Callable
+  predict_step: Callable
+
+
+def create_sharded_state(model: nnx.Module, optimizer: nnx.Optimizer, mesh, rules,
+                         batch_ndims: dict[str, int]) -> ShardedState:
+  """Places model + optimizer state on ``mesh`` by the logical ``rules`` and jits (compiled on
+  first use) the train and predict steps with explicit shardings. ``batch_ndims``: the model's
+  batch arrays and their ranks (``example_mask`` is added)."""
+  graphdef, state = nnx.split((model, optimizer))
+  shardings = mesh_lib.state_shardings(state, mesh, rules)
+  batch_sh = {k: mesh_lib.batch_sharding(mesh, nd)
+              for k, nd in dict(batch_ndims, example_mask=1).items()}
+  train = jax.jit(lambda s, b: train_step(graphdef, s, b), in_shardings=(shardings, batch_sh),
+                  out_shardings=(shardings, None), donate_argnums=0)
+  predict = jax.jit(lambda s, b: predict_step(graphdef, s, b), in_shardings=(shardings, None))
+  return ShardedState(graphdef, placement.place(state, shardings), shardings, mesh, train,
+                      predict)
