@@ -20,7 +20,7 @@ import importlib, pkgutil, jax
 from flax import nnx
 def settings():
   return {"eager_sharding": nnx.using_eager_sharding(),
-          **{k: str(getattr(jax.config, k)) for k in sorted(jax.config.values)}}
+          **{k: str(v) for k, v in sorted(jax.config.values.items())}}
 before = settings()
 import poi_jax
 for info in pkgutil.walk_packages(poi_jax.__path__, "poi_jax."):

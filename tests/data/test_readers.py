@@ -73,7 +73,7 @@ def test_bad_choice_records(tmp_path):
     (b'{"version": "v2.0", "data": [{"title": "t"', "truncated"),
     (b'{"data": [}', "not valid JSON"),
     ('{"data": []}'.encode("utf-16"), "not UTF-8"),
-    (b'{"data": [{"title": "caf\xe9"}]}', "not UTF-8 text (byte 0xe9 at offset 27)")])
+    (b'{"data": [{"title": "caf\xe9"}]}', "not UTF-8 text (byte 0xe9 at offset 24)")])
 def test_unreadable_files_name_the_file_and_the_cause(tmp_path, content, problem):
   for reader, name in ((read_squad, "s.json"), (read_dream, "d.json")):
     path = tmp_path / name

@@ -42,3 +42,21 @@ def losses(workdir) -> dict[int, float]:
       if "loss" in rec:
         out[rec["step"]] = rec["loss"]
   return out
+
+
+def unlabelled_squad(path) -> pathlib.Path:
+  """The SQuAD subset without answers (what --mode=predict reads), written to ``path``."""
+  data = json.loads(SQUAD.read_text())
+  for article in data["data"]:
+    for para in article["paragraphs"]:
+      for qa in para["qas"]:
+        qa.pop("answers", None), qa.pop("plausible_answers", None), qa.pop("is_impossible", None)
+  path = pathlib.Path(path)
+  path.write_text(json.dumps(data))
+  return path
+
+
+def start_main(*args) -> subprocess.Popen:
+  """`poi_jax.main` in the background (to signal or kill it)."""
+  return subprocess.Popen(main_cmd(*args), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)

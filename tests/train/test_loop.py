@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.train import engine_runs as er
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -77,13 +79,7 @@ def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
                      .read_text())
   assert again["f1"] == pytest.approx(trained["f1"], abs=1e-9)
 
-  data = json.loads(squad.read_text())
-  for article in data["data"]:
-    for para in article["paragraphs"]:
-      for qa in para["qas"]:
-        qa.pop("answers", None), qa.pop("plausible_answers", None), qa.pop("is_impossible", None)
-  unlabelled = tmp_path / "unlabelled.json"
-  unlabelled.write_text(json.dumps(data))
+  unlabelled = er.unlabelled_squad(tmp_path / "unlabelled.json")
   r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=predict",
             f"--config.data.predict_file={unlabelled}")
   assert r.returncode == 0, r.stderr[-3000:]

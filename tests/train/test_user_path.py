@@ -4,7 +4,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -82,13 +81,7 @@ def test_eval_and_predict_leave_the_training_run_untouched(trained, tmp_path):
   assert json.loads((out / "eval_results.json").read_text())["f1"] == pytest.approx(trained_f1)
   assert not list(out.parent.glob(".staging-*"))
 
-  data = json.loads(er.SQUAD.read_text())
-  for article in data["data"]:
-    for para in article["paragraphs"]:
-      for qa in para["qas"]:
-        qa.pop("answers", None), qa.pop("plausible_answers", None), qa.pop("is_impossible", None)
-  unlabelled = tmp_path / "unlabelled.json"
-  unlabelled.write_text(json.dumps(data))
+  unlabelled = er.unlabelled_squad(tmp_path / "unlabelled.json")
   mine = tmp_path / "mine"
   r = er.run_main(*er.tiny_args(work, "--mode=predict", f"--config.data.predict_file={unlabelled}",
                                 f"--output_dir={mine}"))
@@ -143,8 +136,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
   work = tmp_path / "w"
   args = er.tiny_args(work, "--config.train.max_steps=150", "--mode=train",
                       "--config.train.save_every=1000", "--config.train.export_best=false")
-  proc = subprocess.Popen(er.main_cmd(*args), cwd=er.ROOT, env=er.env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = er.start_main(*args)
   _wait_for_rows(proc, work / "metrics.jsonl", 4)
   assert proc.poll() is None, "the run ended before it could be interrupted"
   proc.send_signal(signal.SIGINT)
@@ -171,8 +163,7 @@ def test_restart_after_sigkill_logs_each_step_once(tmp_path):
   work = tmp_path / "w"
   args = er.tiny_args(work, "--config.train.max_steps=40", "--mode=train",
                       "--config.train.save_every=5", "--config.train.export_best=false")
-  proc = subprocess.Popen(er.main_cmd(*args), cwd=er.ROOT, env=er.env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = er.start_main(*args)
   _wait_for_rows(proc, work / "metrics.jsonl", 13)
   assert proc.poll() is None, "the run ended before it could be killed"
   proc.kill()
