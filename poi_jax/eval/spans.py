@@ -9,7 +9,8 @@ import numpy as np
 
 def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.ndarray, *,
                  n_best_size: int = 20, max_answer_length: int = 30,
-                 version_2_with_negative: bool = True, null_score_diff_threshold: float = 0.0):
+                 version_2_with_negative: bool = True, null_score_diff_threshold: float = 0.0,
+                 with_offsets: bool = False):
   """Best answer per example from window logits ``(N, L)``.
 
   Candidates: the ``n_best_size`` best starts x ends of each window inside the context, with
@@ -17,6 +18,8 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
   between the offsets. SQuAD 2.0: the null score is the smallest [CLS] score ``s_0 + e_0`` over
   the example's windows; the answer is "" when ``null - best > null_score_diff_threshold``.
   Returns ``(predictions id -> text, nbest id -> list, null_odds id -> float)``.
+  ``with_offsets``: each n-best span also gets ``start`` / ``end``, its character offsets in the
+  context (``end`` exclusive; None for the null answer).
   """
   offsets = features.meta["offsets"]
   by_example = collections.defaultdict(list)
@@ -36,10 +39,12 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
           cands.append((float(s[i] + e[j]), int(off[i, 0]), int(off[j, 1]), float(s[i]),
                         float(e[j])))
     cands.sort(key=lambda c: -c[0])
-    nbest = [{"text": ex.context[a:b], "start_logit": sl, "end_logit": el, "score": sc}
+    nbest = [{"text": ex.context[a:b], "start_logit": sl, "end_logit": el, "score": sc,
+              **({"start": a, "end": b} if with_offsets else {})}
              for sc, a, b, sl, el in cands[:n_best_size]]
     if version_2_with_negative and null is not None:
-      nbest.append({"text": "", "start_logit": None, "end_logit": None, "score": null})
+      nbest.append({"text": "", "start_logit": None, "end_logit": None, "score": null,
+                    **({"start": None, "end": None} if with_offsets else {})})
       nbest.sort(key=lambda c: -c["score"])
     scores = np.array([c["score"] for c in nbest]) if nbest else np.zeros(0)
     probs = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() if nbest else []

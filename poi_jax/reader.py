@@ -1,0 +1,310 @@
+"""A trained model answering your own text: ``Reader.load(path).answer(question, context)``.
+
+``path`` is a run's workdir (its best checkpoint, else the latest) or its ``export/`` directory
+(self-sufficient: see `poi_jax.export_files`). Text goes through the task's own pipeline, exactly
+as in training and evaluation: the Task's ``featurize`` (long passages windowed with
+``data.doc_stride``, POS tags from NLTK on the fly; no feature cache, no worker processes), the
+model in inference mode, and for extractive tasks the engine's decoder
+(`poi_jax.eval.spans.decode_squad`), so the answers equal the engine's ``predictions.json``.
+
+SQuAD 2.0 "no answer": a question is unanswerable when ``null score - best span score`` exceeds
+δ = `Reader.null_threshold`: the threshold tuned on the eval set at the loaded checkpoint
+(``tuned_null_threshold``, kept with the checkpoint's scores and in ``export/reader.json``), else
+the config's ``eval.null_score_diff_threshold``; ``Reader.load(..., null_threshold=x)`` overrides.
+
+The model call is jitted once per batch shape: each batch is padded to a power of two up to
+``batch_size`` rows (at most log2(batch_size) + 1 compilations per option count).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from poi_jax import export_files, tasks
+from poi_jax.data.records import ChoiceExample, SquadExample
+from poi_jax.eval import spans
+
+EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
+
+
+@dataclasses.dataclass
+class Answer:
+  """An extractive answer. ``start``/``end``: character offsets in the context (``end``
+  exclusive; None when ``no_answer``); ``score``: start + end logit of the span (of the null
+  answer when ``no_answer``); ``probability``: softmax over the n-best candidates;
+  ``null_score_diff``: null score - best span score (SQuAD 2.0 models; None otherwise)."""
+  text: str
+  start: int | None
+  end: int | None
+  score: float | None
+  probability: float | None
+  no_answer: bool
+  null_score_diff: float | None
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Choice:
+  """A multiple-choice answer: ``probabilities`` (softmax over the options' ``logits``), the best
+  option's ``index`` and text ``option``."""
+  index: int
+  option: str
+  probabilities: list[float]
+  logits: list[float]
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _is_export(path: str) -> bool:
+  # model.safetensors: an encoder-only export (refused by export_files.read, saying why).
+  return any(os.path.exists(os.path.join(path, f))
+             for f in (export_files.CONFIG_FILE, "model.safetensors"))
+
+
+def _has_tokenizer(directory: str) -> bool:
+  return any(os.path.exists(os.path.join(directory, f))
+             for f in ("tokenizer.json", "tokenizer_config.json"))
+
+
+def _point_at_export(config: ml_collections.ConfigDict, export_dir: str) -> None:
+  """The encoder architecture and tokenizer from ``export_dir`` where the config names a hub or
+  package checkpoint, so that loading needs no network and no other files."""
+  if config.model.init_from and os.path.exists(os.path.join(export_dir, "config.json")):
+    config.model.init_from = export_dir
+  if _has_tokenizer(export_dir):
+    config.model.tokenizer = export_dir
+
+
+def _for_reading(config_dict: dict, path: str) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict(config_dict)
+  if config.task not in EXTRACTIVE + CHOICE:
+    raise ValueError(f"{path}: task {config.task!r}; the Reader reads {EXTRACTIVE + CHOICE}")
+  config.data.cache_dir = ""  # each call is new text: nothing to reuse
+  config.data.num_workers = 0  # a few questions: workers would cost more than they save
+  return config
+
+
+def _build(config, task) -> nnx.Module:
+  # The logical axis names stay metadata: one device, nothing to shard. One jitted
+  # initialisation instead of one compiled initializer per parameter (seconds saved on a CPU).
+  with nnx.use_eager_sharding(False):
+    return nnx.jit(lambda: task.build_model(config, nnx.Rngs(config.seed)))()
+
+
+def _from_workdir(path: str, step: int | None):
+  from poi_jax.train import checkpoint as ckpt_lib
+  from poi_jax.train import optim
+  with open(os.path.join(path, "config.json")) as f:
+    raw = json.load(f)
+  config = _for_reading(raw, path)
+  _point_at_export(config, os.path.join(path, "export"))
+  task = tasks.get_task(config.task)
+  model = _build(config, task)
+  # The checkpoint holds model + optimizer state: restore both (the engine's pytree, so the
+  # restore is the engine's own), keep the model.
+  optimizer = nnx.Optimizer(model, optim.make_optimizer(config.optim, 1)[0], wrt=nnx.Param)
+  graphdef, state = nnx.split((model, optimizer))
+  checkpointer = ckpt_lib.Checkpointer(path, keep=config.train.keep_checkpoints,
+                                       best_metric=config.train.best_metric or task.metric,
+                                       higher_is_better=task.higher_is_better)
+  try:
+    if step is None:
+      step = checkpointer.best_step()
+      step = checkpointer.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"{path} has no checkpoint: train first (--mode=train)")
+    state, _ = checkpointer.restore(step, state)
+    scores = checkpointer.manager.metrics(step)
+  finally:
+    checkpointer.close()
+  model, _ = nnx.merge(graphdef, state)
+  delta, _ = export_files.null_threshold(raw, scores)
+  return config, task, model, step, delta
+
+
+def _from_export(path: str):
+  raw, tensors, settings = export_files.read(path)
+  config = _for_reading(raw, path)
+  _point_at_export(config, path)
+  task = tasks.get_task(config.task)
+  model = _build(config, task)
+  export_files.load_tensors(model, tensors, os.path.join(path, export_files.MODEL_FILE))
+  return config, task, model, settings.get("step"), float(settings["null_threshold"])
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max())
+  return e / e.sum()
+
+
+def _as_list(value, name: str) -> tuple[list, bool]:
+  """``(items, single)``: a str (or one option list) is one item; a list/tuple is a batch."""
+  if isinstance(value, str):
+    return [value], True
+  if isinstance(value, (list, tuple)):
+    return list(value), False
+  raise TypeError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+
+
+def _check_text(value, field: str, i: int) -> None:
+  if not isinstance(value, str) or not value.strip():
+    raise ValueError(f"item {i}: field {field!r} must be a non-empty string, got {value!r}")
+
+
+class Reader:
+  """A trained extractive (SQuAD) or multiple-choice (RACE, DREAM) model. Build with `load`.
+
+  Attributes: ``config`` (the run's config), ``task``, ``model``, ``step`` (the checkpoint),
+  ``null_threshold`` (δ, SQuAD 2.0), ``batch_size`` (rows per model call).
+  """
+
+  def __init__(self, config, task, model, *, tokenizer, step, null_threshold: float,
+               batch_size: int):
+    self.config, self.task, self.model, self.tokenizer = config, task, model, tokenizer
+    self.step, self.null_threshold, self.batch_size = step, float(null_threshold), batch_size
+    graphdef, self._state = nnx.split(model)
+    # Pure function of (state, batch): one compilation per batch shape, the state not baked in.
+    self._forward = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
+        batch, deterministic=True))
+
+  @classmethod
+  def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,
+           batch_size: int | None = None) -> Reader:
+    """The model of a workdir (checkpoint ``step``; default: the best, else the latest) or of an
+    ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ; ``batch_size``: default the config's
+    ``train.eval_batch_size``."""
+    path = os.fspath(path)
+    if batch_size is not None and batch_size <= 0:
+      raise ValueError(f"batch_size={batch_size} must be positive")
+    if _is_export(path):
+      config, task, model, step, delta = _from_export(path)
+    elif os.path.exists(os.path.join(path, "config.json")):
+      config, task, model, step, delta = _from_workdir(path, step)
+    else:
+      raise FileNotFoundError(f"{path} is neither a poi-jax workdir (config.json, checkpoints/) "
+                              f"nor a complete export ({export_files.CONFIG_FILE})")
+    if config.model.pos_embedding:
+      from poi_jax.data import pos
+      pos.ensure_nltk_resources()
+    from poi_jax.train.setup import load_tokenizer
+    tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
+    return cls(config, task, model, tokenizer=tokenizer, step=step,
+               null_threshold=delta if null_threshold is None else null_threshold,
+               batch_size=int(batch_size or config.train.eval_batch_size))
+
+  @property
+  def is_extractive(self) -> bool:
+    return self.config.task in EXTRACTIVE
+
+  def _predict(self, features) -> dict[str, np.ndarray]:
+    """The model's outputs over all features, in batches padded to a power of two."""
+    arrays = self.task.model_arrays(features.arrays)
+    n = len(next(iter(arrays.values())))
+    outs = []
+    for start in range(0, n, self.batch_size):
+      idx = np.arange(start, min(start + self.batch_size, n))
+      size = min(self.batch_size, 1 << (len(idx) - 1).bit_length())
+      mask = np.zeros(size, np.float32)
+      mask[:len(idx)] = 1.0
+      idx = np.concatenate([idx, np.full(size - len(idx), idx[0])])
+      batch = {k: v[idx] for k, v in arrays.items()}
+      batch["example_mask"] = mask
+      outs.append(jax.device_get(self._forward(self._state, batch)))
+    # Only the last batch has padding rows, at its end: cut them off after concatenating.
+    return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
+
+  def answer(self, question, context, *, null_threshold: float | None = None):
+    """The answer to ``question`` about ``context`` (an `Answer`); lists of both: a list.
+    ``null_threshold``: δ for this call (default `Reader.null_threshold`)."""
+    if not self.is_extractive:
+      raise TypeError(f"this is a {self.config.task} (multiple-choice) model: use choose()")
+    questions, single = _as_list(question, "question")
+    contexts, _ = _as_list(context, "context")
+    if len(questions) != len(contexts):
+      raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
+    for i, (q, c) in enumerate(zip(questions, contexts)):
+      _check_text(q, "question", i)
+      _check_text(c, "context", i)
+    records = [SquadExample(str(i), q, c, [], False, [], "", "<Reader.answer>")
+               for i, (q, c) in enumerate(zip(questions, contexts))]
+    out = self.answer_records(records, null_threshold=null_threshold)
+    return out[0] if single else out
+
+  def answer_records(self, records: list[SquadExample], *,
+                     null_threshold: float | None = None) -> list[Answer]:
+    """`answer` on records (their ``qid`` and ``source`` name them in error messages)."""
+    if not records:
+      return []
+    features = self.task.featurize(records, self.tokenizer, self.config, is_training=False)
+    outputs = self._predict(features)
+    e, v2 = self.config.eval, self.config.task == "squad2"
+    preds, nbest, odds = spans.decode_squad(
+        records, features, outputs["start_logits"], outputs["end_logits"],
+        n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,
+        version_2_with_negative=v2,
+        null_score_diff_threshold=self.null_threshold if null_threshold is None
+        else null_threshold,
+        with_offsets=True)
+    answers = []
+    for r in records:
+      text, cands = preds[r.qid], nbest[r.qid]
+      best = next((c for c in cands if c["text"]), None)  # decode_squad's pick
+      if not text:  # SQuAD 2.0 null, or no span candidate at all
+        null = next((c for c in cands if not c["text"]), None)
+        answers.append(Answer("", None, None, null and null["score"],
+                              null and null["probability"], True, odds.get(r.qid)))
+      else:
+        answers.append(Answer(text, best["start"], best["end"], best["score"],
+                              best["probability"], False, odds.get(r.qid)))
+    return answers
+
+  def choose(self, passage, question, options):
+    """Option probabilities for ``question`` about ``passage`` (a `Choice`); lists of passages,
+    questions and option lists: a list."""
+    if self.is_extractive:
+      raise TypeError(f"this is a {self.config.task} (extractive) model: use answer()")
+    passages, single = _as_list(passage, "passage")
+    questions, _ = _as_list(question, "question")
+    option_lists = [options] if single else list(options)
+    if not len(passages) == len(questions) == len(option_lists):
+      raise ValueError(f"{len(passages)} passages, {len(questions)} questions and "
+                       f"{len(option_lists)} option lists")
+    records = []
+    for i, (p, q, opts) in enumerate(zip(passages, questions, option_lists)):
+      _check_text(p, "passage", i)
+      _check_text(q, "question", i)
+      if not isinstance(opts, (list, tuple)) or len(opts) < 2:
+        raise ValueError(f"item {i}: field 'options' must be a list of at least 2 strings")
+      for o in opts:
+        if not isinstance(o, str):
+          raise ValueError(f"item {i}: field 'options' holds {o!r}, not a string")
+      records.append(ChoiceExample(str(i), p, q, list(opts), 0, "<Reader.choose>"))
+    out = self.choose_records(records)
+    return out[0] if single else out
+
+  def choose_records(self, records: list[ChoiceExample]) -> list[Choice]:
+    """`choose` on records (their ``qid`` and ``source`` name them in error messages)."""
+    if not records:
+      return []
+    # The arrays are (N, options, L): one featurisation per option count.
+    by_count: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+      by_count.setdefault(len(r.options), []).append(i)
+    out: list = [None] * len(records)
+    for idx in by_count.values():
+      group = [records[i] for i in idx]
+      features = self.task.featurize(group, self.tokenizer, self.config, is_training=False)
+      logits = self._predict(features)["logits"]
+      for i, r, row in zip(idx, group, logits):
+        best = int(np.argmax(row))
+        out[i] = Choice(best, r.options[best], _softmax(row).tolist(), row.tolist())
+    return out

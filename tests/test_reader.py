@@ -1,0 +1,230 @@
+"""The Reader and the predict CLI against the engine: a tiny SQuAD 2.0 and a tiny DREAM model are
+trained in-process, then the Reader answers the same eval questions from raw text and must give
+the engine's ``predictions.json``; workdir -> export -> Reader gives the same answers."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import dream as dream_config
+from configs import squad2 as squad_config
+from poi_jax import Reader, export_files, tasks
+from poi_jax.data import readers
+from poi_jax.predict import predict_file
+from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.train import loop
+from tests.conftest import DATA, ROOT
+
+SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
+
+
+def _train(config, workdir, **fields):
+  with config.unlocked():
+    for k, v in fields.items():
+      section, name = k.split("__")
+      config[section][name] = v
+  loop.train_and_evaluate(config, str(workdir))
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def squad_run(tmp_path_factory, data_dir):
+  return _train(squad_config.get_config("tiny"), tmp_path_factory.mktemp("squad") / "work",
+                data__train_file=str(SQUAD), data__eval_file=str(SQUAD),
+                data__max_train_examples=48, data__max_eval_examples=24,
+                train__max_steps=4, train__save_every=100, train__log_every=2)
+
+
+def _eval_records(workdir, read):
+  """The questions the engine evaluated (its cap and skip of data.eval_file)."""
+  d = json.loads((workdir / "config.json").read_text())["data"]
+  return tasks.cap(read(d["eval_file"]), d["max_eval_examples"], d.get("skip_eval_examples", 0))
+
+
+@pytest.fixture(scope="module")
+def squad_records(squad_run):
+  records = _eval_records(squad_run, readers.read_squad)
+  assert len(records) == 24
+  return records
+
+
+@pytest.fixture(scope="module")
+def squad_reader(squad_run):
+  return Reader.load(squad_run)
+
+
+@pytest.fixture(scope="module")
+def export_reader(squad_run):
+  return Reader.load(squad_run / "export")
+
+
+def _answers(reader, records, delta=0.0):
+  # δ 0: the config's eval.null_score_diff_threshold, which the engine's predictions.json uses
+  # (the Reader's default is the δ tuned on the eval set).
+  return reader.answer([r.question for r in records], [r.context for r in records],
+                       null_threshold=delta)
+
+
+def test_answers_equal_the_engines_predictions(squad_run, squad_reader, squad_records):
+  preds = json.loads((squad_run / "predictions.json").read_text())
+  answers = _answers(squad_reader, squad_records)
+  assert {r.qid: a.text for r, a in zip(squad_records, answers)} == preds
+  assert squad_reader.step == 4
+  for r, a in zip(squad_records, answers):
+    if not a.no_answer:
+      assert r.context[a.start:a.end] == a.text and 0.0 < a.probability <= 1.0
+  # Contexts longer than max_seq_length (128) are windowed as in training.
+  n_tokens = [len(squad_reader.tokenizer(r.context)["input_ids"]) for r in squad_records]
+  assert max(n_tokens) > squad_reader.config.data.max_seq_length
+  # One question alone (a batch of 1, another compiled shape) gives the batch's answer.
+  longest = int(np.argmax(n_tokens))
+  alone = squad_reader.answer(squad_records[longest].question, squad_records[longest].context,
+                              null_threshold=0.0)
+  assert alone.text == answers[longest].text
+  assert alone.score == pytest.approx(answers[longest].score, abs=1e-5)
+
+
+def test_null_threshold_is_the_one_tuned_at_the_checkpoint(squad_run, squad_reader,
+                                                            export_reader, squad_records):
+  tuned = json.loads((squad_run / "eval_results.json").read_text())["tuned_null_threshold"]
+  checkpointer = ckpt_lib.Checkpointer(str(squad_run), keep=2, best_metric="f1")
+  try:
+    assert checkpointer.manager.metrics(4)["tuned_null_threshold"] == tuned
+  finally:
+    checkpointer.close()
+  assert squad_reader.null_threshold == tuned and export_reader.null_threshold == tuned
+  settings = json.loads((squad_run / "export" / export_files.READER_FILE).read_text())
+  assert settings == {"step": 4, "null_threshold": tuned,
+                      "null_threshold_source": "tuned_null_threshold"}
+  # Another δ: a question is answered exactly when null - best <= δ, by its best non-null span.
+  odds = json.loads((squad_run / "null_odds.json").read_text())
+  nbest = json.loads((squad_run / "nbest_predictions.json").read_text())
+  delta = float(np.median(list(odds.values())))
+  answers = _answers(export_reader, squad_records, delta)
+  assert {a.no_answer for a in answers} == {True, False}  # the median splits them
+  for r, a in zip(squad_records, answers):
+    assert a.no_answer == (odds[r.qid] > delta)
+    assert a.null_score_diff == pytest.approx(odds[r.qid], abs=1e-5)
+    best = next(c["text"] for c in nbest[r.qid] if c["text"])
+    assert a.text == ("" if a.no_answer else best)
+
+
+def test_null_threshold_falls_back_to_the_config():
+  config = {"eval": {"null_score_diff_threshold": -1.5}}
+  assert export_files.null_threshold(config, None) == (-1.5, "eval.null_score_diff_threshold")
+  assert export_files.null_threshold(config, {"f1": 3.0})[0] == -1.5
+  assert export_files.null_threshold(config, {"tuned_null_threshold": 2.0})[0] == 2.0
+
+
+def test_export_round_trip_gives_the_same_answers(squad_run, squad_reader, export_reader,
+                                                   squad_records):
+  export = squad_run / "export"
+  a, b = _answers(squad_reader, squad_records), _answers(export_reader, squad_records)
+  assert [x.text for x in a] == [x.text for x in b]
+  assert [(x.start, x.end, x.no_answer) for x in a] == [(x.start, x.end, x.no_answer) for x in b]
+  np.testing.assert_allclose([x.score for x in a], [x.score for x in b], atol=1e-6)
+  np.testing.assert_allclose([x.null_score_diff for x in a], [x.null_score_diff for x in b],
+                             atol=1e-6)
+  transformers = pytest.importorskip("transformers", reason="test extra: transformers (torch)")
+  assert transformers.AutoModel.from_pretrained(export).config.hidden_size == 64
+
+
+def test_load_errors_name_the_path(tmp_path, squad_run):
+  with pytest.raises(FileNotFoundError, match="neither a poi-jax workdir"):
+    Reader.load(tmp_path)
+  old = tmp_path / "old-export"  # an export written before the Reader: only the encoder
+  old.mkdir()
+  for name in ("config.json", "model.safetensors"):
+    shutil.copy(squad_run / "export" / name, old / name)
+  with pytest.raises(FileNotFoundError, match=f"no {export_files.CONFIG_FILE}: it is not a "
+                                              f"complete poi-jax export"):
+    Reader.load(old)
+  (old / export_files.CONFIG_FILE).write_text((squad_run / "config.json").read_text())
+  with pytest.raises(FileNotFoundError, match=f"no {export_files.MODEL_FILE}"):
+    Reader.load(old)
+
+
+def test_bad_input_is_refused_with_its_item_and_field(squad_reader):
+  with pytest.raises(ValueError, match="item 1: field 'context'"):
+    squad_reader.answer(["Who?", "What?"], ["Someone.", ""])
+  with pytest.raises(TypeError, match="use answer"):
+    squad_reader.choose("passage", "question?", ["a", "b"])
+
+
+@pytest.fixture(scope="module")
+def dream_run(tmp_path_factory, data_dir):
+  return _train(dream_config.get_config("tiny"), tmp_path_factory.mktemp("dream") / "work",
+                data__max_train_examples=24, data__max_eval_examples=12,
+                data__max_seq_length=64, train__max_steps=3, train__save_every=100)
+
+
+def test_choose_equals_the_engines_predictions_and_the_export(dream_run):
+  records = _eval_records(dream_run, readers.read_dream)
+  assert len(records) == 12
+  preds = json.loads((dream_run / "predictions.json").read_text())
+  reader = Reader.load(dream_run)
+  choices = reader.choose([r.passage for r in records], [r.question for r in records],
+                          [r.options for r in records])
+  assert {r.qid: c.index for r, c in zip(records, choices)} == preds
+  for r, c in zip(records, choices):
+    assert c.option == r.options[c.index] and sum(c.probabilities) == pytest.approx(1.0)
+  again = Reader.load(dream_run / "export").choose(
+      [r.passage for r in records], [r.question for r in records], [r.options for r in records])
+  np.testing.assert_allclose([c.logits for c in choices], [c.logits for c in again], atol=1e-6)
+  # A question with another number of options is featurised and compiled on its own.
+  two = reader.choose(records[0].passage, records[0].question, records[0].options[:2])
+  assert len(two.probabilities) == 2
+  # The CLI skips a question that leaves no room for the passage, and answers the others.
+  lines = [json.dumps({"id": "ok", "passage": records[0].passage,
+                       "question": records[0].question, "options": records[0].options}),
+           json.dumps({"id": "long", "context": records[0].passage,
+                       "question": "why " * 80, "options": ["a", "b", "c"]}),
+           json.dumps({"id": "few", "passage": "p", "question": "q", "options": ["a"]})]
+  path = dream_run / "questions.jsonl"
+  path.write_text("\n".join(lines) + "\n")
+  err = io.StringIO()
+  answered, skipped = predict_file(reader, str(path), str(dream_run / "answers.jsonl"), err=err)
+  assert (answered, skipped) == (1, 2)
+  out = [json.loads(x) for x in (dream_run / "answers.jsonl").read_text().splitlines()]
+  assert [o["id"] for o in out] == ["ok"] and out[0]["index"] == choices[0].index
+  assert f"{path}:2" in err.getvalue() and "'question'" in err.getvalue()
+  assert f"{path}:3: field 'options'" in err.getvalue()
+
+
+def test_predict_cli_reports_bad_lines_and_answers_the_rest(squad_run, squad_records,
+                                                             tmp_path):
+  good = [{"id": r.qid, "question": r.question, "context": r.context} for r in squad_records[:3]]
+  lines = [json.dumps(good[0]), "{not json", json.dumps({"id": "x", "question": "Who?"}),
+           json.dumps({"id": "y", "question": " ", "context": "c"}), "",
+           json.dumps(good[1]), json.dumps(dict(good[2], id=good[1]["id"]))]  # a repeated id
+  questions = tmp_path / "questions.jsonl"
+  questions.write_text("\n".join(lines) + "\n")
+  answers = tmp_path / "out" / "answers.jsonl"
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  r = subprocess.run([sys.executable, "-m", "poi_jax.predict", f"--model={squad_run / 'export'}",
+                      f"--input={questions}", f"--output={answers}", "--null_threshold=0"],
+                     capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+  assert r.returncode == 2, r.stderr[-3000:]  # some lines skipped, the others answered
+  assert f"{questions}:2: field '<line>': not JSON" in r.stderr
+  assert f"{questions}:3: field 'context': missing" in r.stderr
+  assert f"{questions}:4: field 'question': must be a non-empty string" in r.stderr
+  out = [json.loads(x) for x in answers.read_text().splitlines()]
+  preds = json.loads((squad_run / "predictions.json").read_text())
+  assert [o["id"] for o in out] == [good[0]["id"], good[1]["id"], good[1]["id"]]
+  assert [o["answer"] for o in out] == [preds[g["id"]] for g in good]
+  assert not [p for p in os.listdir(answers.parent) if p.startswith(".tmp-")]
+
+
+def test_import_is_cheap_and_changes_no_setting():
+  code = ("import sys, poi_jax; print('jax' in sys.modules, 'flax' in sys.modules); "
+          "print(poi_jax.Reader.__module__)")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                     env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+  assert r.stdout.split() == ["False", "False", "poi_jax.reader"], r.stderr[-2000:]
