@@ -130,3 +130,49 @@ def test_holdout_jsonl_by_line(tmp_path):
   t = [json.loads(l)["example_id"] for l in pathlib.Path(train).read_text().splitlines()]
   h = [json.loads(l)["example_id"] for l in pathlib.Path(held).read_text().splitlines()]
   assert len(h) == 5 and sorted(t + h) == list(range(20))
+
+
+def _real_sweep(tmp_path, data_dir, grid, seeds):
+  dream = data_dir / "dream"
+  argv = ["--config=configs/dream.py:tiny", *grid, f"--seeds={seeds}",
+          f"--workdir={tmp_path / 'w'}", "--parallel=2", "--",
+          f"--config.data.train_file={dream / 'train.json'}",
+          f"--config.data.eval_file={dream / 'dev.json'}", "--config.train.max_steps=2",
+          "--config.data.num_workers=0", "--config.train.export_best=false",
+          "--config.train.eval_every=1000", "--config.train.save_every=1000"]
+  assert ablation.main(argv) == 0
+  out = json.loads((tmp_path / "w" / "ablation.json").read_text())
+  assert out["metrics"] == ["accuracy"]  # the DREAM task's metric, read from the task
+  for row in out["cells"]:
+    finals = [json.loads((tmp_path / "w" / row["cell"] / f"seed-{s}" / "eval_results.json")
+                         .read_text()) for s in range(seeds)]
+    assert [f["step"] for f in finals] == [2] * seeds
+    assert row["accuracy"]["values"] == [f["accuracy"] for f in finals]
+    assert row["accuracy"]["mean"] == pytest.approx(statistics.fmean(row["accuracy"]["values"]))
+    n_eval = int(row["cell"].rsplit("-", 1)[1])
+    assert {f["total"] for f in finals} == {n_eval}
+  logs = {p: p.stat().st_mtime for p in (tmp_path / "w").glob("*/seed-*/log.txt")}
+  assert ablation.main(argv) == 0  # resume: everything finished, nothing runs again
+  assert {p: p.stat().st_mtime for p in logs} == logs
+  return out, logs
+
+
+def test_real_engine_run_through_the_runner(tmp_path, monkeypatch, data_dir):
+  """One run of ``configs/dream.py:tiny`` (2 steps) through ``poi_jax.main``: the table holds
+  the workdir's final eval_results.json, and a second invocation starts nothing."""
+  monkeypatch.chdir(ROOT)
+  out, logs = _real_sweep(tmp_path, data_dir, ["--grid", "data.max_eval_examples=8"], 1)
+  assert len(out["cells"]) == 1 and len(logs) == 1
+
+
+@pytest.mark.slow  # 8 engine processes: 2-3 minutes on 2 idle CPU cores (12 under heavy load)
+def test_real_engine_2x2_grid_2_seeds(tmp_path, monkeypatch, data_dir):
+  """2 x 2 cells x 2 seeds of ``configs/dream.py:tiny`` through ``poi_jax.main``, 2 steps each.
+  The grid's values change the data, not the compiled programs, so that with JAX's persistent
+  compilation cache the 8 runs compile once."""
+  monkeypatch.chdir(ROOT)
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax-cache"))
+  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  out, logs = _real_sweep(tmp_path, data_dir, ["--grid", "data.max_train_examples=8,16",
+                                               "--grid", "data.max_eval_examples=8,12"], 2)
+  assert len(out["cells"]) == 4 and len(logs) == 8
