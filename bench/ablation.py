@@ -23,6 +23,11 @@ another command (other extra flags) is an error: use another ``--workdir``.
 ``DIR/holdout/`` and runs every cell on it (train on the rest, evaluate on the held-out part):
 choose hyper-parameters this way, never on the evaluated articles.
 
+``--no_run`` starts nothing and writes the table of what ``DIR`` holds (e.g. after copying back
+the results of several device sessions into one ``DIR``; run the same command with the same
+relative ``--workdir``, so that the markers' commands match). SIGTERM stops the running runs
+(the engine saves a checkpoint) and still writes the table.
+
 Writes ``DIR/ablation.md`` and ``DIR/ablation.json`` (one row per cell: each metric's mean and
 sample standard deviation over the seeds that finished, the per-seed values, steps, wall time,
 and the log of each failed run), also after failures; exits 1 if any run failed.
@@ -39,6 +44,7 @@ import os
 import pathlib
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -223,7 +229,7 @@ def execute(runs: list[Run], parallel: int) -> None:
         print(f"[{n_done} done, {n_failed} failed, {len(running)} running / {total}] "
               f"{run.status} {run.cell} seed {run.seed} in {run.wall_s:.0f} s: {what}",
               flush=True)
-  except KeyboardInterrupt:  # stop the children; their runs resume next time
+  except KeyboardInterrupt:  # (SIGTERM too) stop the children; their runs resume next time
     for run in running:
       run.proc.terminate()
     for run in running:
@@ -248,7 +254,8 @@ def summarise(runs: list[Run], metrics: list[str]) -> list[dict]:
                            "wall_s": round(run.wall_s, 1),
                            **{m: run.results.get(m) for m in metrics}})
     else:
-      row["failed"].append({"seed": run.seed, "log": str(run.workdir / "log.txt")})
+      row["failed"].append({"seed": run.seed, "status": "failed" if run.status == "failed"
+                            else "not run", "log": str(run.workdir / "log.txt")})
   for row in rows.values():
     for m in metrics:
       vals = [s[m] for s in row["seeds"] if isinstance(s[m], (int, float))]
@@ -262,7 +269,7 @@ def _fmt(x, digits=2) -> str:
 
 def table(rows: list[dict], metrics: list[str], header: str) -> str:
   cols = ["cell", *[f"{m} (mean ± std)" for m in metrics], *[f"{m} per seed" for m in metrics],
-          "steps", "wall s (mean)", "failed (log)"]
+          "steps", "wall s (mean)", "failed or not run (log)"]
   lines = [header, "", "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
   for r in rows:
     cells = [" ".join(o.removeprefix("--config.") for o in r["overrides"]) or r["cell"]]
@@ -271,7 +278,7 @@ def table(rows: list[dict], metrics: list[str], header: str) -> str:
     cells.append(", ".join(sorted({str(s["step"]) for s in r["seeds"]})) or "-")
     cells.append(_fmt(statistics.fmean([s["wall_s"] for s in r["seeds"]]) if r["seeds"] else None,
                       0))
-    cells.append("; ".join(f"seed {f['seed']}: {f['log']}" for f in r["failed"]) or "")
+    cells.append("; ".join(f"seed {f['seed']} {f['status']}: {f['log']}" for f in r["failed"]))
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
@@ -292,6 +299,8 @@ def main(argv: list[str]) -> int:
   p.add_argument("--holdout", type=float, default=0.0,
                  help="> 0: train on the rest of the training data, evaluate on this fraction "
                       "of its passages (for choosing hyper-parameters)")
+  p.add_argument("--no_run", action="store_true",
+                 help="start nothing: the table of the runs already finished in --workdir")
   p.add_argument("--module", default="poi_jax.main", help=argparse.SUPPRESS)  # tests: a stub
   args = p.parse_args(ours)
   if args.parallel < 1 or args.seeds < 1:
@@ -311,8 +320,12 @@ def main(argv: list[str]) -> int:
   print(f"{len(runs)} runs ({len({r.cell for r in runs})} cells x "
         f"{len({r.seed for r in runs})} seeds), {n_skip} already finished, {args.parallel} at a "
         "time", flush=True)
+  def stop(signum, frame):  # a scheduler's SIGTERM: stop the runs, still write the table
+    raise KeyboardInterrupt(f"signal {signum}")
+  signal.signal(signal.SIGTERM, stop)
   try:
-    execute(runs, args.parallel)
+    if not args.no_run:
+      execute(runs, args.parallel)
   finally:
     rows = summarise(runs, metrics)
     header = (f"# Ablation: `{args.config}`\n\nseeds {sorted({r.seed for r in runs})}; extra "
@@ -324,8 +337,8 @@ def main(argv: list[str]) -> int:
   print((workdir / "ablation.md").read_text())
   failed = [r for r in runs if r.status != "done"]
   if failed:
-    print(f"{len(failed)} run(s) failed: " + ", ".join(f"{r.cell} seed {r.seed}" for r in failed),
-          file=sys.stderr)
+    print(f"{len(failed)} run(s) failed or not run: "
+          + ", ".join(f"{r.cell} seed {r.seed}" for r in failed), file=sys.stderr)
   return 1 if failed else 0
 
 

@@ -38,6 +38,7 @@ def test_table_matches_the_runs_and_a_second_invocation_resumes(tmp_path, monkey
   assert failed["seeds"] == [] and [f["seed"] for f in failed["failed"]] == [0, 1]
   assert pathlib.Path(failed["failed"][0]["log"]).is_file()
   assert failed["accuracy"]["mean"] is None
+  assert failed["failed"][0]["status"] == "failed"
   assert failed["failed"][0]["log"] in (tmp_path / "ablation.md").read_text()
   ok = rows["model.head-poi__optim.lr-0.5"]
   assert ok["overrides"] == ["--config.model.head=poi", "--config.optim.lr=0.5"]
@@ -50,6 +51,13 @@ def test_table_matches_the_runs_and_a_second_invocation_resumes(tmp_path, monkey
   assert [s["step"] for s in ok["seeds"]] == [2, 2]
   md = (tmp_path / "ablation.md").read_text()
   assert "| model.head=poi optim.lr=0.5 | 56.50 ± 0.71 |" in md
+
+  # --no_run: the table of what is there, nothing started; the stopped runs are "not run".
+  n_calls = lambda: sum(len(p.read_text().splitlines()) for p in tmp_path.glob("*/*/calls.txt"))
+  before = n_calls()
+  assert _stub_sweep(tmp_path, "--no_run", "--", "--config.train.max_steps=2") == 1
+  assert n_calls() == before == 8
+  assert "seed 0 not run" in (tmp_path / "ablation.md").read_text()
 
   # Resume: the finished runs are skipped; the stopped ones (an intermediate eval_results.json,
   # step 1, but no DONE marker) run again.
