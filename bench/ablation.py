@@ -6,7 +6,9 @@ table of the metric's mean and standard deviation over the seeds.
       --seeds=3 --workdir=DIR [--parallel=N] [--metrics=accuracy] [--holdout=0.1] \
       [-- --config.train.epochs=3 ...]   # extra flags for every run
 
-Cells are the cartesian product of the ``--grid`` values (in the order given); each cell runs once
+Cells are the cartesian product of the ``--grid`` values (in the order given), or the cells listed
+one by one with ``--cell "model.head=poi model.pos_embedding=false"`` (repeatable; for ablations
+that are no product, e.g. POI-Net with and without POS beside DUMA); each cell runs once
 per seed (``--seeds=N``: seeds 0..N-1, passed as ``--config.seed``) as a subprocess
 ``python -m poi_jax.main --config=... --workdir=DIR/<cell>/seed-<s> --mode=train_and_eval
 <grid overrides> <extra flags>``, its output in ``log.txt`` beside it. ``--parallel=N`` runs N at
@@ -142,13 +144,33 @@ def config_value(config_spec: str, extra: list[str], key: str) -> str:
   return value
 
 
-def plan(args, extra: list[str]) -> list[Run]:
+def parse_cell(spec: str) -> list[tuple[str, str]]:
+  """``"model.head=poi model.pos_embedding=false"`` -> ``[("model.head", "poi"), ...]``."""
+  out = []
+  for part in spec.split():
+    key, sep, value = part.partition("=")
+    if not sep or not key:
+      raise SystemExit(f"error: --cell {spec!r}: expected space-separated KEY=VALUE")
+    out.append((key.removeprefix("--").removeprefix("config."), value))
+  return out
+
+
+def cells(args) -> list[list[tuple[str, str]]]:
+  """The cells: the listed ``--cell``s, or the cartesian product of the ``--grid``s."""
+  if args.cell and args.grid:
+    raise SystemExit("error: give --grid (a product) or --cell (a list), not both")
+  if args.cell:
+    return [parse_cell(c) for c in args.cell]
   grid = parse_grid(args.grid)
+  return [list(zip([k for k, _ in grid], values))
+          for values in itertools.product(*[vs for _, vs in grid])]
+
+
+def plan(args, extra: list[str]) -> list[Run]:
   seeds = list(range(args.seeds)) if args.seed_values is None else [
       int(s) for s in args.seed_values.split(",")]
   runs = []
-  for values in itertools.product(*[vs for _, vs in grid]):
-    assignment = list(zip([k for k, _ in grid], values))
+  for assignment in cells(args):
     name = cell_name(assignment)
     overrides = [f"--config.{k}={v}" for k, v in assignment]
     for seed in seeds:
@@ -290,6 +312,8 @@ def main(argv: list[str]) -> int:
                               "see the module docstring.")
   p.add_argument("--config", required=True, help="e.g. configs/dream.py:minilm")
   p.add_argument("--grid", action="append", default=[], help="KEY=V1,V2 (repeatable)")
+  p.add_argument("--cell", action="append", default=[],
+                 help="instead of --grid: one cell, 'KEY=V KEY2=V2' (repeatable)")
   p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
   p.add_argument("--seed_values", default=None, help="explicit seeds, e.g. 13,42 (over --seeds)")
   p.add_argument("--workdir", required=True)
@@ -331,7 +355,7 @@ def main(argv: list[str]) -> int:
     header = (f"# Ablation: `{args.config}`\n\nseeds {sorted({r.seed for r in runs})}; extra "
               f"flags: `{shlex.join(extra) or '-'}`; std: sample standard deviation over seeds")
     _write_atomic(workdir / "ablation.json", json.dumps(
-        {"config": args.config, "grid": args.grid, "extra": extra, "metrics": metrics,
+        {"config": args.config, "grid": args.grid, "cell": args.cell, "extra": extra, "metrics": metrics,
          "cells": rows}, indent=2))
     _write_atomic(workdir / "ablation.md", table(rows, metrics, header))
   print((workdir / "ablation.md").read_text())

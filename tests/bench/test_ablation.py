@@ -92,6 +92,20 @@ def test_cell_names_are_filesystem_safe_stable_and_distinct():
     ablation.parse_grid(["model.head"])
 
 
+def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
+                        "--cell", "model.head=poi optim.lr=0.5", "--seeds=1",
+                        f"--workdir={tmp_path}", "--metrics=accuracy",
+                        "--module=tests.bench.stub_main"]) == 0
+  rows = json.loads((tmp_path / "ablation.json").read_text())["cells"]
+  assert [r["cell"] for r in rows] == ["model.head-none", "model.head-poi__optim.lr-0.5"]
+  assert [r["accuracy"]["values"] for r in rows] == [[60.0], [56.0]]
+  with pytest.raises(SystemExit, match="not both"):
+    ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none", "--grid",
+                   "optim.lr=1", f"--workdir={tmp_path}", "--metrics=accuracy"])
+
+
 def _squad(n_articles):
   return {"version": "v2.0", "data": [
       {"title": f"A{i}", "paragraphs": [{"context": "c", "qas": [{"id": f"{i}-{j}"}
