@@ -9,13 +9,14 @@ report dev/test scores; a setting picked on them overstates the score). `bench/a
 
 Grouping: whole passages go to one side, so that no passage (and none of its questions) is on both:
 
-* SQuAD format (``{"version", "data": [article, ...]}``; SQuAD 1.1/2.0, NLQuAD): by article;
+* SQuAD format (``{"version", "data": [article, ...]}``; SQuAD 1.1/2.0, NLQuAD; also NewsQA's
+  combined JSON, one story per item): by article;
 * DREAM format (a JSON list of ``[dialogue, questions, id]``): by dialogue;
 * a JSON-lines file (``.jsonl``/``.jsonl.gz``; NQ): by line (one page per line);
 * a RACE directory (``*/*.txt``, one passage per file): by file (symbolic links in two directories).
 
 The held-out groups are the ``round(fraction * n)`` (at least 1, at most n - 1) groups whose
-SHA-1 of ``seed:key`` is smallest (key: the article's title, the dialogue's id, the line's
+SHA-1 of ``seed:key`` is smallest (key: the article's title and index, the dialogue's id, the line's
 ``example_id``, the file's path): the same file gives the same split on every machine.
 """
 from __future__ import annotations
