@@ -80,6 +80,7 @@ def used_ids(src: str, data: list[str]) -> set[int]:
   """Word-piece ids the data tokenises to, plus the special tokens."""
   import transformers
   tok = transformers.AutoTokenizer.from_pretrained(src, use_fast=True)
+  tok.model_max_length = 1 << 40  # whole texts, not windows: no "longer than the maximum" warning
   ids = set(tok.all_special_ids)
   for path in data:
     batch = list(data_strings(path))
