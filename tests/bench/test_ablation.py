@@ -198,3 +198,20 @@ def test_real_engine_2x2_grid_2_seeds(tmp_path, monkeypatch, data_dir):
   out, logs = _real_sweep(tmp_path, data_dir, ["--grid", "data.max_train_examples=8,16",
                                                "--grid", "data.max_eval_examples=8,12"], 2)
   assert len(out["cells"]) == 4 and len(logs) == 8
+
+
+def test_holdout_runs_train_and_evaluate_on_the_carved_split(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  src = tmp_path / "dream.json"
+  src.write_text(json.dumps([[["M: hi"], [{"question": "q"}], f"d{i}"] for i in range(8)]))
+  assert ablation.main(["--config=configs/dream.py:tiny", "--grid", "optim.lr=0.5", "--seeds=1",
+                        f"--workdir={tmp_path / 'w'}", "--metrics=accuracy", "--holdout=0.25",
+                        "--module=tests.bench.stub_main", "--",
+                        f"--config.data.train_file={src}"]) == 0
+  call = (tmp_path / "w" / "optim.lr-0.5" / "seed-0" / "calls.txt").read_text().split()
+  files = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in call if "_file=" in a}
+  assert files["--config.data.train_file"] == str(tmp_path / "w" / "holdout" / "train.json")
+  assert files["--config.data.eval_file"] == str(tmp_path / "w" / "holdout" / "holdout.json")
+  held = json.loads(pathlib.Path(files["--config.data.eval_file"]).read_text())
+  train = json.loads(pathlib.Path(files["--config.data.train_file"]).read_text())
+  assert len(held) == 2 and len(train) == 6
