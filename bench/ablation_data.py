@@ -1,0 +1,66 @@
+"""The slow suite's data sets as files, for `bench/ablation.py` runs (docs/ablations.md).
+
+  python bench/ablation_data.py --out=DIR [--shared=../shared/data] [--only=squad2,qopn,nq]
+
+writes, from ../shared/data/squad2/squad2-dev-subset.json (12 Wikipedia articles), exactly what the
+slow tests build in their temporary directories:
+
+* ``squad2/{train,eval}.json``: articles 0-8 -> 9-11 (`tests/slow/test_real_results.py`);
+* ``qopn/{newsqa-train,newsqa-dev}.json`` and ``qopn/{squad-train,squad-dev}.json``: 6-paragraph
+  long articles of articles 0-8 -> 9-11, answerable questions, in NewsQA and SQuAD v1.1 format
+  (`tests/slow/test_qopn_vs_sliding_window.py`);
+* ``nq/{train,dev}.jsonl.gz``: synthetic NQ pages of articles 0-9 (400) -> 10-11 (80)
+  (`tests/slow/test_nq_minilm.py`).
+
+DREAM needs no preparation (``dream/train.json`` -> ``dream/dev.json`` as they are). Prints the
+files written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.data import nq_synthetic, qopn_fixtures  # noqa: E402  (the slow tests' builders)
+
+
+def write(out: pathlib.Path, shared: pathlib.Path, only: set[str]) -> list[str]:
+  squad = shared / "squad2" / "squad2-dev-subset.json"
+  written = []
+  if "squad2" in only:
+    (out / "squad2").mkdir(parents=True, exist_ok=True)
+    data = json.loads(squad.read_text())
+    for name, arts in (("train", data["data"][:9]), ("eval", data["data"][9:])):
+      path = out / "squad2" / f"{name}.json"
+      path.write_text(json.dumps({"version": "v2.0", "data": arts}))
+      written.append(str(path))
+  if "qopn" in only:
+    d = out / "qopn"
+    d.mkdir(parents=True, exist_ok=True)
+    train = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(0, 9))
+    dev = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(9, 12))
+    written += [qopn_fixtures.write_newsqa(d / "newsqa-train.json", train, "train"),
+                qopn_fixtures.write_newsqa(d / "newsqa-dev.json", dev, "dev"),
+                qopn_fixtures.write_nlquad(d / "squad-train.json", train),
+                qopn_fixtures.write_nlquad(d / "squad-dev.json", dev)]
+  if "nq" in only:
+    (out / "nq").mkdir(parents=True, exist_ok=True)
+    train = nq_synthetic.page_examples(str(squad), articles=range(0, 10), max_examples=400)
+    dev = nq_synthetic.page_examples(str(squad), articles=range(10, 12), max_examples=80,
+                                     start_id=900000)
+    written += [nq_synthetic.write_jsonl_gz(out / "nq" / "train.jsonl.gz", train),
+                nq_synthetic.write_jsonl_gz(out / "nq" / "dev.jsonl.gz", dev)]
+  return [str(w) for w in written]
+
+
+if __name__ == "__main__":
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--out", required=True)
+  p.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
+  p.add_argument("--only", default="squad2,qopn,nq")
+  a = p.parse_args()
+  print(*write(pathlib.Path(a.out), pathlib.Path(a.shared), set(a.only.split(","))), sep="\n")

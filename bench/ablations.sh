@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The measurements of docs/ablations.md, each 3 seeds with the slow suite's settings.
+#
+#   bash bench/ablations.sh carry MEASUREMENT   # here: build .carry/ (wheels, data, MiniLM pack)
+#   source bench/device_setup.sh && bash bench/ablations.sh run MEASUREMENT   # on the device
+#   bash bench/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
+#
+# MEASUREMENT: qopn (QOPN vs sliding window), dream1 (plain encoder, POI-Net without POS),
+# dream2 (POI-Net, DUMA), squad2 (plain encoder, POI-Net without POS, POI-Net), nq (graph
+# layers 0 vs 2). `run` writes workdir-ablations/<name>/ and packs the small result files
+# (tables, eval_results.json, DONE.json, logs, configs) into $OUT/<MEASUREMENT>.tgz (or
+# workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
+# on an H100 (estimated from the slow suite's wall times: docs/results.md).
+set -euo pipefail
+cmd=${1:?usage: bash bench/ablations.sh carry|run|table MEASUREMENT}
+what=${2:?measurement: qopn dream1 dream2 squad2 nq}
+SHARED=${SHARED:-../shared/data}
+W=workdir-ablations
+MINILM=${MINILM:-/tmp/minilm}
+DATA=${DATA:-/tmp/data}
+# One evaluation at the end, no intermediate checkpoints, no HuggingFace export (the slow suite's).
+ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config.train.export_best=false"
+RUN="python3 bench/ablation.py --seeds=3"
+[ "$cmd" = table ] && RUN="$RUN --no_run"
+
+wheels() {  # the packages the device image lacks (docs/ablations.md), for its Python 3.12
+  mkdir -p .carry/whl
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .carry/whl ml_collections==1.1.0 nltk==3.10.4 \
+    tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 defusedxml==0.7.1 "$@"
+}
+
+if [ "$cmd" = carry ]; then
+  rm -rf .carry && mkdir -p .carry /tmp/ablation-data
+  wheels
+  case $what in
+    dream1|dream2)
+      tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
+      python3 bench/pack_minilm.py pack --data="$SHARED/dream/train.json" \
+        --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
+    qopn|squad2)
+      python3 bench/ablation_data.py --out=/tmp/ablation-data --only=squad2,qopn
+      tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data squad2 qopn
+      python3 bench/pack_minilm.py pack --data="$SHARED/squad2/squad2-dev-subset.json" \
+        --out=.carry/minilm.pack ;;
+    nq)  # + spaCy (the sentencizer) and its dependencies: see docs/ablations.md
+      python3 bench/ablation_data.py --out=/tmp/ablation-data --only=nq
+      tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data nq
+      python3 bench/pack_minilm.py pack --data=/tmp/ablation-data/nq --out=.carry/minilm.pack ;;
+    *) echo "unknown measurement $what" >&2; exit 2 ;;
+  esac
+  du -sh .carry; du -sh --exclude=.git --exclude=.carry . ; exit 0
+fi
+
+measure() {
+case $what in
+  qopn)  # tests/slow/test_qopn_vs_sliding_window.py: lr 1e-4, 10 epochs, 256-token windows
+    COMMON="--config.model.init_from=$MINILM --config.train.epochs=10 --config.train.max_steps=-1
+      --config.data.max_seq_length=256 --config.data.max_query_length=48 --config.optim.lr=1e-4 $ONCE"
+    $RUN --config=configs/newsqa.py:minilm --cell "model.qopn.block_style=transformer" \
+      --parallel=3 --metrics=exact_match,f1 --workdir=$W/qopn -- $COMMON \
+      --config.data.train_file=$DATA/qopn/newsqa-train.json \
+      --config.data.eval_file=$DATA/qopn/newsqa-dev.json & qopn=$!
+    $RUN --config=configs/squad1.py:minilm --cell "model.head=none model.pos_embedding=false" \
+      --parallel=3 --metrics=exact_match,f1 --workdir=$W/window -- $COMMON \
+      --config.data.doc_stride=128 --config.train.batch_size=16 \
+      --config.data.train_file=$DATA/qopn/squad-train.json \
+      --config.data.eval_file=$DATA/qopn/squad-dev.json & window=$!
+    wait $qopn; local a=$?; wait $window; return $(( a || $? )) ;;
+  dream1|dream2)  # tests/slow/test_real_results.py: all 6,116 train q -> dev, 3 epochs
+    if [ $what = dream1 ]; then
+      CELLS=(--cell "model.head=none model.pos_embedding=false"
+             --cell "model.head=poi model.pos_embedding=false")
+    else
+      CELLS=(--cell "model.head=poi model.pos_embedding=true"
+             --cell "model.head=duma model.pos_embedding=false")
+    fi
+    $RUN --config=configs/dream.py:minilm "${CELLS[@]}" --parallel=6 --metrics=accuracy \
+      --workdir=$W/$what -- --config.model.init_from=$MINILM \
+      --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
+      --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
+      --config.train.batch_size=16 --config.optim.lr=5e-5 $ONCE ;;
+  squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
+    $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
+      --cell "model.head=poi model.pos_embedding=false" \
+      --cell "model.head=poi model.pos_embedding=true" --parallel=9 \
+      --metrics=f1,tuned_f1,HasAns_f1,NoAns_f1 --workdir=$W/squad2 -- \
+      --config.model.init_from=$MINILM --config.data.train_file=$DATA/squad2/train.json \
+      --config.data.eval_file=$DATA/squad2/eval.json --config.train.epochs=10 \
+      --config.train.max_steps=-1 --config.data.max_seq_length=384 --config.data.doc_stride=128 \
+      --config.data.max_query_length=64 --config.train.batch_size=32 --config.optim.lr=2e-4 \
+      $ONCE ;;
+  nq)  # tests/slow/test_nq_minilm.py: 400 pages -> 80, 2 epochs, batch 8, length 192
+    $RUN --config=configs/nq.py:minilm --grid model.graph.num_layers=0,2 \
+      --parallel=${PARALLEL:-6} --metrics=long-best-threshold-f1,short-best-threshold-f1 \
+      --workdir=$W/nq -- --config.model.init_from=$MINILM \
+      --config.data.train_file=$DATA/nq/train.jsonl.gz --config.data.eval_file=$DATA/nq/dev.jsonl.gz \
+      --config.train.epochs=2 --config.train.batch_size=8 --config.data.max_seq_length=192 \
+      --config.model.graph.max_sentences=48 --config.model.graph.max_paragraphs=24 $ONCE ;;
+  *) echo "unknown measurement $what" >&2; return 2 ;;
+esac
+}
+status=0
+measure || status=$?
+if [ "$cmd" = run ]; then
+  out=${OUT:-$W}
+  find $W -name 'ablation.*' -o -name eval_results.json -o -name DONE.json -o -name log.txt \
+    -o -name config.json -o -name metrics.jsonl | tar -czf "$out/$what.tgz" -T -
+  echo "results: $out/$what.tgz"
+fi
+exit $status

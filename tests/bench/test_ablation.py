@@ -1,0 +1,217 @@
+"""bench/ablation.py: the grid x seeds runner (table, resume, failures) and bench/holdout.py."""
+import json
+import pathlib
+import statistics
+import sys
+
+import pytest
+
+from bench import ablation, holdout
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _stub_sweep(workdir, *extra):
+  return ablation.main(["--config=configs/dream.py:tiny", "--grid", "model.head=none,poi",
+                        "--grid", "optim.lr=0.5,1.5", "--seeds=2", f"--workdir={workdir}",
+                        "--parallel=3", "--metrics=accuracy,f1", "--module=tests.bench.stub_main",
+                        *extra])
+
+
+def _expected(workdir, row, metric):
+  """The per-seed values read back from the runs' own eval_results.json."""
+  cell = workdir / row["cell"]
+  return {int(d.name.split("-")[1]): json.loads((d / "eval_results.json").read_text())[metric]
+          for d in sorted(cell.glob("seed-*"))}
+
+
+def test_table_matches_the_runs_and_a_second_invocation_resumes(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  monkeypatch.setenv("STUB_FAIL", "optim.lr=1.5")  # both lr=1.5 cells stop after step 1
+  assert _stub_sweep(tmp_path, "--", "--config.train.max_steps=2") == 1
+  out = json.loads((tmp_path / "ablation.json").read_text())
+  assert out["metrics"] == ["accuracy", "f1"]
+  rows = {r["cell"]: r for r in out["cells"]}
+  assert sorted(rows) == ["model.head-none__optim.lr-0.5", "model.head-none__optim.lr-1.5",
+                          "model.head-poi__optim.lr-0.5", "model.head-poi__optim.lr-1.5"]
+  failed = rows["model.head-poi__optim.lr-1.5"]
+  assert failed["seeds"] == [] and [f["seed"] for f in failed["failed"]] == [0, 1]
+  assert pathlib.Path(failed["failed"][0]["log"]).is_file()
+  assert failed["accuracy"]["mean"] is None
+  assert failed["failed"][0]["status"] == "failed"
+  assert failed["failed"][0]["log"] in (tmp_path / "ablation.md").read_text()
+  ok = rows["model.head-poi__optim.lr-0.5"]
+  assert ok["overrides"] == ["--config.model.head=poi", "--config.optim.lr=0.5"]
+  vals = _expected(tmp_path, ok, "accuracy")
+  assert vals == {0: 56.0, 1: 57.0}  # the stub: 50 + 10 lr + 1 (poi) + seed
+  assert ok["accuracy"]["values"] == [56.0, 57.0]
+  assert ok["accuracy"]["mean"] == pytest.approx(56.5)
+  assert ok["accuracy"]["std"] == pytest.approx(statistics.stdev([56.0, 57.0]))
+  assert ok["f1"]["values"] == [28.0, 28.5]
+  assert [s["step"] for s in ok["seeds"]] == [2, 2]
+  md = (tmp_path / "ablation.md").read_text()
+  assert "| model.head=poi optim.lr=0.5 | 56.50 ± 0.71 |" in md
+
+  # --no_run: the table of what is there, nothing started; the stopped runs are "not run".
+  n_calls = lambda: sum(len(p.read_text().splitlines()) for p in tmp_path.glob("*/*/calls.txt"))
+  before = n_calls()
+  assert _stub_sweep(tmp_path, "--no_run", "--", "--config.train.max_steps=2") == 1
+  assert n_calls() == before == 8
+  assert "seed 0 not run" in (tmp_path / "ablation.md").read_text()
+
+  # Resume: the finished runs are skipped; the stopped ones (an intermediate eval_results.json,
+  # step 1, but no DONE marker) run again.
+  monkeypatch.delenv("STUB_FAIL")
+  assert _stub_sweep(tmp_path, "--", "--config.train.max_steps=2") == 0
+  calls = {p.parent.relative_to(tmp_path).as_posix(): len(p.read_text().splitlines())
+           for p in tmp_path.glob("*/seed-*/calls.txt")}
+  assert len(calls) == 8
+  assert all(n == (2 if "lr-1.5" in run else 1) for run, n in calls.items()), calls
+  rows = {r["cell"]: r for r in json.loads((tmp_path / "ablation.json").read_text())["cells"]}
+  for row in rows.values():
+    assert not row["failed"]
+    vals = _expected(tmp_path, row, "accuracy")
+    assert row["accuracy"]["values"] == [vals[0], vals[1]]
+    assert row["accuracy"]["mean"] == pytest.approx(statistics.fmean(vals.values()))
+  assert rows["model.head-none__optim.lr-1.5"]["accuracy"]["values"] == [65.0, 66.0]
+
+  # The same workdir with other extra flags: an error, not a silent mix of two settings.
+  with pytest.raises(SystemExit, match="another command"):
+    _stub_sweep(tmp_path, "--", "--config.train.max_steps=3")
+
+
+def test_cell_names_are_filesystem_safe_stable_and_distinct():
+  assert ablation.cell_name([("model.head", "duma"), ("model.pos_embedding", "false")]) == (
+      "model.head-duma__model.pos_embedding-false")
+  assert ablation.cell_name([]) == "default"
+  a = ablation.cell_name([("data.train_file", "/x/a b.json")])
+  b = ablation.cell_name([("data.train_file", "/x/a_b.json")])
+  assert a != b and "/" not in a and " " not in a
+  assert a == ablation.cell_name([("data.train_file", "/x/a b.json")])
+  with pytest.raises(SystemExit, match="KEY=V1"):
+    ablation.parse_grid(["model.head"])
+
+
+def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
+                        "--cell", "model.head=poi optim.lr=0.5", "--seeds=1",
+                        f"--workdir={tmp_path}", "--metrics=accuracy",
+                        "--module=tests.bench.stub_main"]) == 0
+  rows = json.loads((tmp_path / "ablation.json").read_text())["cells"]
+  assert [r["cell"] for r in rows] == ["model.head-none", "model.head-poi__optim.lr-0.5"]
+  assert [r["accuracy"]["values"] for r in rows] == [[60.0], [56.0]]
+  with pytest.raises(SystemExit, match="not both"):
+    ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none", "--grid",
+                   "optim.lr=1", f"--workdir={tmp_path}", "--metrics=accuracy"])
+
+
+def _squad(n_articles):
+  return {"version": "v2.0", "data": [
+      {"title": f"A{i}", "paragraphs": [{"context": "c", "qas": [{"id": f"{i}-{j}"}
+                                                                for j in range(i + 1)]}]}
+      for i in range(n_articles)]}
+
+
+def test_holdout_groups_whole_passages_deterministically(tmp_path):
+  src = tmp_path / "squad.json"
+  src.write_text(json.dumps(_squad(10)))
+  train, held = holdout.carve(str(src), str(tmp_path / "h"), 0.3)
+  t, h = (json.loads(pathlib.Path(p).read_text())["data"] for p in (train, held))
+  assert len(h) == 3 and len(t) == 7
+  assert sorted(a["title"] for a in t + h) == sorted(f"A{i}" for i in range(10))
+  # A question id belongs to one article: no passage or question on both sides.
+  ids = lambda arts: {q["id"] for a in arts for p in a["paragraphs"] for q in p["qas"]}
+  assert not ids(t) & ids(h)
+  again = holdout.carve(str(src), str(tmp_path / "h2"), 0.3)
+  assert pathlib.Path(again[1]).read_text() == pathlib.Path(held).read_text()
+  other = json.loads(pathlib.Path(holdout.carve(str(src), str(tmp_path / "h3"), 0.3,
+                                                seed=1)[1]).read_text())["data"]
+  assert len(other) == 3  # another seed: another (deterministic) choice of the same size
+
+  dream = tmp_path / "dream.json"
+  dream.write_text(json.dumps([[["M: hi"], [{"question": "q"}], f"d{i}"] for i in range(5)]))
+  t, h = (json.loads(pathlib.Path(p).read_text())
+          for p in holdout.carve(str(dream), str(tmp_path / "d"), 0.2))
+  assert len(h) == 1 and len(t) == 4 and {d[2] for d in t + h} == {f"d{i}" for i in range(5)}
+
+  bad = tmp_path / "bad.json"
+  bad.write_text(json.dumps({"rows": []}))
+  with pytest.raises(ValueError, match="bad.json: neither SQuAD format"):
+    holdout.carve(str(bad), str(tmp_path / "b"), 0.1)
+  one = tmp_path / "one.json"
+  one.write_text(json.dumps(_squad(1)))
+  with pytest.raises(ValueError, match="at least 2"):
+    holdout.carve(str(one), str(tmp_path / "o"), 0.5)
+
+
+def test_holdout_jsonl_by_line(tmp_path):
+  src = tmp_path / "nq.jsonl"
+  src.write_text("".join(json.dumps({"example_id": i}) + "\n" for i in range(20)))
+  train, held = holdout.carve(str(src), str(tmp_path / "h"), 0.25)
+  t = [json.loads(l)["example_id"] for l in pathlib.Path(train).read_text().splitlines()]
+  h = [json.loads(l)["example_id"] for l in pathlib.Path(held).read_text().splitlines()]
+  assert len(h) == 5 and sorted(t + h) == list(range(20))
+
+
+def _real_sweep(tmp_path, data_dir, grid, seeds):
+  dream = data_dir / "dream"
+  argv = ["--config=configs/dream.py:tiny", *grid, f"--seeds={seeds}",
+          f"--workdir={tmp_path / 'w'}", "--parallel=2", "--",
+          f"--config.data.train_file={dream / 'train.json'}",
+          f"--config.data.eval_file={dream / 'dev.json'}", "--config.train.max_steps=2",
+          "--config.data.num_workers=0", "--config.train.export_best=false",
+          "--config.train.eval_every=1000", "--config.train.save_every=1000"]
+  assert ablation.main(argv) == 0
+  out = json.loads((tmp_path / "w" / "ablation.json").read_text())
+  assert out["metrics"] == ["accuracy"]  # the DREAM task's metric, read from the task
+  for row in out["cells"]:
+    finals = [json.loads((tmp_path / "w" / row["cell"] / f"seed-{s}" / "eval_results.json")
+                         .read_text()) for s in range(seeds)]
+    assert [f["step"] for f in finals] == [2] * seeds
+    assert row["accuracy"]["values"] == [f["accuracy"] for f in finals]
+    assert row["accuracy"]["mean"] == pytest.approx(statistics.fmean(row["accuracy"]["values"]))
+    n_eval = int(row["cell"].rsplit("-", 1)[1])
+    assert {f["total"] for f in finals} == {n_eval}
+  logs = {p: p.stat().st_mtime for p in (tmp_path / "w").glob("*/seed-*/log.txt")}
+  assert ablation.main(argv) == 0  # resume: everything finished, nothing runs again
+  assert {p: p.stat().st_mtime for p in logs} == logs
+  return out, logs
+
+
+def test_real_engine_run_through_the_runner(tmp_path, monkeypatch, data_dir):
+  """One run of ``configs/dream.py:tiny`` (2 steps) through ``poi_jax.main``: the table holds
+  the workdir's final eval_results.json, and a second invocation starts nothing."""
+  monkeypatch.chdir(ROOT)
+  out, logs = _real_sweep(tmp_path, data_dir, ["--grid", "data.max_eval_examples=8"], 1)
+  assert len(out["cells"]) == 1 and len(logs) == 1
+
+
+@pytest.mark.slow  # 8 engine processes: 2-3 minutes on 2 idle CPU cores (12 under heavy load)
+def test_real_engine_2x2_grid_2_seeds(tmp_path, monkeypatch, data_dir):
+  """2 x 2 cells x 2 seeds of ``configs/dream.py:tiny`` through ``poi_jax.main``, 2 steps each.
+  The grid's values change the data, not the compiled programs, so that with JAX's persistent
+  compilation cache the 8 runs compile once."""
+  monkeypatch.chdir(ROOT)
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax-cache"))
+  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  out, logs = _real_sweep(tmp_path, data_dir, ["--grid", "data.max_train_examples=8,16",
+                                               "--grid", "data.max_eval_examples=8,12"], 2)
+  assert len(out["cells"]) == 4 and len(logs) == 8
+
+
+def test_holdout_runs_train_and_evaluate_on_the_carved_split(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  src = tmp_path / "dream.json"
+  src.write_text(json.dumps([[["M: hi"], [{"question": "q"}], f"d{i}"] for i in range(8)]))
+  assert ablation.main(["--config=configs/dream.py:tiny", "--grid", "optim.lr=0.5", "--seeds=1",
+                        f"--workdir={tmp_path / 'w'}", "--metrics=accuracy", "--holdout=0.25",
+                        "--module=tests.bench.stub_main", "--",
+                        f"--config.data.train_file={src}"]) == 0
+  call = (tmp_path / "w" / "optim.lr-0.5" / "seed-0" / "calls.txt").read_text().split()
+  files = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in call if "_file=" in a}
+  assert files["--config.data.train_file"] == str(tmp_path / "w" / "holdout" / "train.json")
+  assert files["--config.data.eval_file"] == str(tmp_path / "w" / "holdout" / "holdout.json")
+  held = json.loads(pathlib.Path(files["--config.data.eval_file"]).read_text())
+  train = json.loads(pathlib.Path(files["--config.data.train_file"]).read_text())
+  assert len(held) == 2 and len(train) == 6
