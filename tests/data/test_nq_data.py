@@ -13,6 +13,7 @@ from poi_jax.data.records import DataError
 from poi_jax.models import encoders
 from tests.conftest import DATA
 from tests.data import nq_synthetic
+from tests.required_checks import import_or_skip
 
 SQUAD = str(DATA / "squad2" / "squad2-dev-subset.json")
 
@@ -105,6 +106,16 @@ def test_window_starts_follow_the_stride():
 
 OPTS = dict(max_seq_length=96, doc_stride=32, max_query_length=16, max_sentences=24,
             max_paragraphs=12, include_unknowns=0.5, seed=3)
+
+
+@pytest.mark.required
+def test_sentences_are_split_by_spacys_sentencizer_as_in_the_original():
+  """Without spaCy NQ falls back to NLTK punkt (logged), which the window tests accept: this one
+  says which splitter ran, and under CI=true, where spaCy is installed, it must be spaCy's."""
+  import_or_skip("spacy", "the [nq] extra, also in [test]: pip install -e '.[nq]'")
+  split, name = nq_windows.sentence_splitter()
+  assert name == nq_windows.splitter_name() == "spacy-sentencizer"
+  assert split("The cat sat. Then it left! Did it? Yes.") == [0, 13, 27, 35]
 
 
 def test_windows_labels_and_graph(tokenizer, pages, tmp_path):

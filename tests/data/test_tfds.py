@@ -1,7 +1,8 @@
 """TFDS sources (`tfds:<name>[/<config>]:<split>`) without network, with `tfds.testing.mock_data`.
 
-Needs the `[tfds]` extra (tensorflow-datasets; TensorFlow is not needed): the tests skip, naming
-the reason, when it is not installed. Run alone with `python -m pytest -m tfds tests/data`.
+Needs the `[tfds]` extra (tensorflow-datasets; TensorFlow is not needed), which CI installs: part
+of the default suite. Without it the tests skip, naming the reason, except under CI=true where that
+skip fails the run (marker `required`). Run alone with `python -m pytest -m tfds tests/data`.
 """
 import json
 
@@ -10,12 +11,16 @@ import pytest
 
 from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.data.records import DataError
+from tests.required_checks import import_or_skip
 
-pytestmark = pytest.mark.tfds
+pytestmark = [pytest.mark.tfds, pytest.mark.required]
 
-tfds = pytest.importorskip(
-    "tensorflow_datasets",
-    reason="tensorflow_datasets is not installed: pip install -e '.[tfds]' for the TFDS suite")
+
+@pytest.fixture(scope="module", autouse=True)
+def tfds():
+  """The tensorflow_datasets module; every test here skips without it (autouse)."""
+  return import_or_skip("tensorflow_datasets", "the TFDS suite: pip install -e '.[tfds]'")
+
 
 CONTEXT = "The Normans were the people who gave their name to Normandy, a region in France."
 SQUAD_ROWS = [
@@ -38,13 +43,13 @@ RACE_ROWS = [{"example_id": "high1.txt", "article": "Tom has a cat. The cat is b
               "answers": np.array(["B", "A"])}]
 
 
-def _mock(rows):
+def _mock(tfds, rows):
   return tfds.testing.mock_data(as_data_source_fn=lambda self, split, **kw: list(rows))
 
 
-def test_squad_rows_become_the_same_records_as_the_json_reader():
+def test_squad_rows_become_the_same_records_as_the_json_reader(tfds):
   assert CONTEXT[73:79] == "France" and CONTEXT[70:79] == "in France"
-  with _mock(SQUAD_ROWS):
+  with _mock(tfds, SQUAD_ROWS):
     got = tfds_reader.read_tfds("tfds:squad/v2.0:validation")
   assert [r.qid for r in got] == ["q1", "q2"]
   a, b = got
@@ -56,27 +61,27 @@ def test_squad_rows_become_the_same_records_as_the_json_reader():
   assert a.source == "tfds:squad/v2.0:validation"
 
 
-def test_race_rows_become_one_record_per_question():
-  with _mock(RACE_ROWS):
+def test_race_rows_become_one_record_per_question(tfds):
+  with _mock(tfds, RACE_ROWS):
     got = tfds_reader.read_tfds("tfds:race/high:dev")
   assert [(r.qid, r.label, r.level) for r in got] == [("high1.txt-0", 1, "high"),
                                                       ("high1.txt-1", 0, "high")]
   assert got[0].options == ["white", "black", "red", "blue"]
 
 
-def test_bad_tfds_records_name_the_source_record_and_field():
+def test_bad_tfds_records_name_the_source_record_and_field(tfds):
   bad = [dict(SQUAD_ROWS[0], answers={"text": np.array(["France"]),
                                       "answer_start": np.array([500], np.int32)})]
-  with _mock(bad), pytest.raises(DataError) as err:
+  with _mock(tfds, bad), pytest.raises(DataError) as err:
     tfds_reader.read_tfds("tfds:squad/v2.0:validation")
   assert (err.value.path, err.value.record, err.value.field) == (
       "tfds:squad/v2.0:validation", "q1", "answers.answer_start")
   race = [dict(RACE_ROWS[0], answers=np.array(["B", "E"]))]
-  with _mock(race), pytest.raises(DataError, match="'E' is not one of the 4 options"):
+  with _mock(tfds, race), pytest.raises(DataError, match="'E' is not one of the 4 options"):
     tfds_reader.read_tfds("tfds:race/middle:dev")
 
 
-def test_random_mock_data_goes_through_the_validation():
+def test_random_mock_data_goes_through_the_validation(tfds):
   """TFDS's own random examples (answer_start anywhere): the reader validates them."""
   with tfds.testing.mock_data(num_examples=2), pytest.raises(DataError, match="answer"):
     tfds_reader.read_tfds("tfds:squad/v2.0:validation")
@@ -100,13 +105,13 @@ def test_source_syntax_and_unsupported_datasets():
     tfds_reader.parse_source("tfds:mnist:train")
 
 
-def test_squad_task_reads_a_tfds_source():
+def test_squad_task_reads_a_tfds_source(tfds):
   from configs import squad2
   from poi_jax.tasks import squad as squad_task
   c = squad2.get_config("tiny")
   c.unlock()
   c.data.eval_file = "tfds:squad/v2.0:validation"
-  with _mock(SQUAD_ROWS):
+  with _mock(tfds, SQUAD_ROWS):
     got = squad_task.read(c, "eval")
   assert [r.qid for r in got] == ["q1", "q2"]
 

@@ -11,6 +11,7 @@ import pytest
 from poi_jax.data.features.base import Features
 from poi_jax.data.readers.nq import Annotation, Candidate, NqExample, Span
 from poi_jax.eval import nq as nq_eval
+from tests.required_checks import import_or_skip
 
 
 def _example(ex_id, n_tokens=30):
@@ -133,10 +134,11 @@ def _gold_records(gold):
                             for a in g["annotations"]] for g in gold}
 
 
+@pytest.mark.required
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_metrics_equal_the_official_nq_eval(seed, tmp_path):
-  nq = pytest.importorskip("natural_questions.nq_eval",
-                           reason="the official evaluator (pip install natural-questions)")
+  nq = import_or_skip("natural_questions.nq_eval",
+                      "the official evaluator: pip install -e '.[test]' (natural-questions, six)")
   from absl import flags
   from natural_questions import eval_utils
   if not flags.FLAGS.is_parsed():

@@ -12,6 +12,7 @@ from poi_jax.tasks import get_task
 from poi_jax.train import loop
 from tests.conftest import DATA
 from tests.data import nq_synthetic
+from tests.required_checks import import_or_skip
 
 SQUAD = str(DATA / "squad2" / "squad2-dev-subset.json")
 
@@ -24,6 +25,7 @@ def write_pages(tmp_path, *, train_articles, eval_articles, n_train, n_eval):
           nq_synthetic.write_jsonl_gz(tmp_path / "dev.jsonl.gz", dev))
 
 
+@pytest.mark.required
 def test_tiny_trains_through_the_engine_and_writes_official_predictions(tmp_path):
   train, dev = write_pages(tmp_path, train_articles=range(0, 6), eval_articles=range(10, 12),
                            n_train=24, n_eval=8)
@@ -42,7 +44,7 @@ def test_tiny_trains_through_the_engine_and_writes_official_predictions(tmp_path
   assert losses and all(np.isfinite(losses))
   preds = json.loads((workdir / "predictions.json").read_text())["predictions"]
   assert len(preds) == 8
-  nq = pytest.importorskip("natural_questions.eval_utils",
-                           reason="the official reader (pip install natural-questions)")
+  nq = import_or_skip("natural_questions.eval_utils",
+                      "the official reader: pip install -e '.[test]' (natural-questions)")
   official = nq.read_prediction_json(str(workdir / "predictions.json"))
   assert set(official) == {p["example_id"] for p in preds}

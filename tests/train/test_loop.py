@@ -7,6 +7,9 @@ import sys
 
 import numpy as np
 import pytest
+import transformers
+
+from tests.required_checks import import_or_skip
 
 from tests.train import engine_runs as er
 
@@ -55,6 +58,7 @@ def test_tfds_source_offline_is_one_clear_line(tmp_path):
   assert last.startswith("error: ") and "tfds:squad/v2.0:train" in last and "local" in last
 
 
+@pytest.mark.required
 def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
   """One tiny run, then in the same workdir: eval restores the best checkpoint and reproduces
   the end-of-training scores; predict on a copy without answers writes the same predictions; the
@@ -87,7 +91,8 @@ def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, data_dir):
       == preds
   assert json.loads((tmp_path / "predictions.json").read_text()) == preds  # untouched
 
-  transformers = pytest.importorskip("transformers", reason="test extra: transformers (torch)")
+  # transformers' PyTorch model reads the export back (torch: the [test] extra).
+  import_or_skip("torch", "test dependency: pip install torch==2.13.0")
   exported = transformers.AutoModel.from_pretrained(tmp_path / "export")
   assert exported.config.hidden_size == 64
 
