@@ -126,7 +126,7 @@ def _rows(records):
            "plausible_answers": answers(r.plausible_answers)} for r in records]
 
 
-def test_the_default_job_scores_a_tfds_eval_split(tmp_path, data_dir):
+def test_the_default_job_scores_a_tfds_eval_split(tfds, tmp_path, data_dir):
   """configs/squad2.py evaluates on tfds:squad/v2.0:validation: the engine scores it (the
   official metric's gold structure is built from the records) and writes the gold file."""
   from configs import squad2
