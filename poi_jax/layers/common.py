@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from poi_jax.layers.lookup import Embed
+
 # Variables keep their logical names as metadata (for `nnx.get_partition_spec`) but are not
 # sharded eagerly at creation: the engine shards the whole state at once from the config's rules.
 nnx.use_eager_sharding(False)
@@ -45,8 +47,9 @@ def layer_norm(features: int, eps: float, *, dtype, rngs, axis_name: str | None 
       rngs=rngs)
 
 
-def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> nnx.Embed:
-  return nnx.Embed(
+def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> Embed:
+  """A float32 table looked up without bfloat16 gathers or scatters (`poi_jax.layers.lookup`)."""
+  return Embed(
       num, features, dtype=dtype, param_dtype=jnp.float32,
       embedding_init=nnx.with_partitioning(nnx.initializers.normal(init_std), axes), rngs=rngs)
 
