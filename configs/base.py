@@ -49,9 +49,17 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.head = "poi"  # poi | duma | none
   c.model.pos_embedding = True  # POI-Net POS embedding on/off (ablation)
   c.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
-  c.model.remat = False  # rematerialise encoder layers
+  # Rematerialise encoder layers: none | full | dots_saveable | dots_with_no_batch_dims_saveable
+  # (what each layer keeps for the backward pass; False/True still mean none/full).
+  c.model.remat = "none"
   c.model.scan_layers = False  # run the encoder layer stack with lax.scan
+  # Attention kernel: auto (cuDNN flash attention on a GPU in bf16 when no attention dropout is
+  # active, else XLA) | xla | cudnn. See poi_jax/layers/attention.py.
+  c.model.attention = "auto"
   c.model.dropout = -1.0  # < 0: keep the encoder config's dropout
+  # < 0: keep the encoder's attention-probability dropout (after model.dropout); 0 lets training
+  # use the fused cuDNN kernel (which has no attention dropout).
+  c.model.attention_dropout = -1.0
   # POI-Net iterative co-attention.
   c.model.coattention = ml_collections.ConfigDict()
   c.model.coattention.variant = "paper"  # paper | released | none

@@ -59,9 +59,11 @@ def _flax_outputs(enc, ids, mask, types):
   return [np.asarray(h) for h in out.hidden_states], np.asarray(out.pooler_output)
 
 
+@pytest.mark.parametrize("attention", ["auto", "xla"])  # the settings a CPU can run
 @pytest.mark.parametrize("model_type,kwargs,lengths", CONFIGS, ids=IDS)
-def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwargs, lengths):
-  hf, enc, report = _save_and_load(tmp_path, model_type, kwargs)
+def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwargs, lengths,
+                                                     attention):
+  hf, enc, report = _save_and_load(tmp_path, model_type, kwargs, attention=attention)
   assert not report.newly_initialized and not report.unused
   ids, mask, types = _inputs(hf, lengths)
   t_hidden, t_pool = torch_outputs(hf, ids, mask, types)
@@ -74,7 +76,9 @@ def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwarg
 
 @pytest.mark.parametrize("model_type,kwargs,lengths", [CONFIGS[0], CONFIGS[3], CONFIGS[6]],
                          ids=["bert", "albert", "roberta"])
-@pytest.mark.parametrize("scan,remat", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("scan,remat", [(True, False), (False, True), (True, True),
+                                        (True, "dots_saveable"),
+                                        (False, "dots_with_no_batch_dims_saveable")])
 def test_scan_and_remat_match_transformers(tmp_path, model_type, kwargs, lengths, scan, remat):
   hf, enc, _ = _save_and_load(tmp_path, model_type, kwargs, scan_layers=scan, remat=remat)
   ids, mask, types = _inputs(hf, lengths)

@@ -28,11 +28,13 @@ class BertSelfAttention(nnx.Module):
     self.value = common.dense(d, d, ("embed", "heads"), init_std=std, dtype=dtype, rngs=rngs)
     self.num_heads = cfg.num_attention_heads
     self.dropout_rate = cfg.attention_probs_dropout_prob
+    self.implementation = cfg.attention
 
-  def __call__(self, h, bias, key, deterministic):
-    drop = lambda p: common.dropout(p, self.dropout_rate, key, deterministic)
-    return attn_lib.dot_product_attention(self.query(h), self.key(h), self.value(h), bias,
-                                          num_heads=self.num_heads, dropout_fn=drop)
+  def __call__(self, h, mask, key, deterministic):
+    return attn_lib.dot_product_attention(
+        self.query(h), self.key(h), self.value(h), mask, num_heads=self.num_heads,
+        implementation=self.implementation, dropout_rate=self.dropout_rate, key=key,
+        deterministic=deterministic)
 
 
 class BertSelfOutput(nnx.Module):
@@ -55,9 +57,9 @@ class BertAttention(nnx.Module):
     self.self = BertSelfAttention(cfg, dtype, rngs)
     self.output = BertSelfOutput(cfg, cfg.hidden_size, "heads", dtype, rngs)
 
-  def __call__(self, h, bias, key, deterministic):
+  def __call__(self, h, mask, key, deterministic):
     k1, k2 = common.split_key(key, 2)
-    return self.output(self.self(h, bias, k1, deterministic), h, k2, deterministic)
+    return self.output(self.self(h, mask, k1, deterministic), h, k2, deterministic)
 
 
 class BertIntermediate(nnx.Module):
@@ -79,9 +81,9 @@ class BertLayer(nnx.Module):
     self.intermediate = BertIntermediate(cfg, dtype, rngs)
     self.output = BertSelfOutput(cfg, cfg.intermediate_size, "mlp", dtype, rngs)
 
-  def __call__(self, h, bias, key, deterministic: bool = True):
+  def __call__(self, h, mask, key, deterministic: bool = True):
     k1, k2 = common.split_key(key, 2)
-    a = self.attention(h, bias, k1, deterministic)
+    a = self.attention(h, mask, k1, deterministic)
     return self.output(self.intermediate(a), a, k2, deterministic)
 
 
@@ -141,8 +143,8 @@ class BertModel(nnx.Module):
     k_emb, k_layers = common.split_key(self.dropout_keys(deterministic), 2)
     h = self.embeddings(input_ids, token_type_ids, position_ids, extra_embeddings,
                         key=k_emb, deterministic=deterministic)
-    bias = attn_lib.attention_bias(attention_mask)
-    last, outs = base.run_layers(self.encoder.layer, h, bias, k_layers, cfg=self.config,
+    mask = attn_lib.key_mask(attention_mask)
+    last, outs = base.run_layers(self.encoder.layer, h, mask, k_layers, cfg=self.config,
                                  deterministic=deterministic, stacked=self.config.scan_layers,
                                  collect=output_hidden_states)
     hidden_states = ((h,) + outs) if output_hidden_states else None
