@@ -127,7 +127,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1  # -1: the rest of the devices
   c.mesh.fsdp = 1
   c.mesh.tensor = 1
-  # logical axis -> mesh axes; None = replicated.
+  # Fail (instead of warning) when an array over 1M elements stays replicated while fsdp or
+  # tensor > 1.
+  c.mesh.require_sharded_params = False
+  # logical axis -> mesh axes; None = replicated. Parameters and activations (batch, length,
+  # embed, heads, mlp after each sublayer) are placed by these rules.
   c.mesh.rules = (
       ("batch", ("data", "fsdp")),
       ("vocab", "tensor"),

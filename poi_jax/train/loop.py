@@ -35,6 +35,7 @@ from tqdm import tqdm
 from poi_jax import tasks
 from poi_jax.data.loader import TrainLoader, eval_batches
 from poi_jax.eval.spans import write_json_atomic
+from poi_jax.layers import sharding
 from poi_jax.models import build, checks, encoders
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import mesh as mesh_lib
@@ -117,16 +118,18 @@ class _Run:
   mesh: Any
   train_step: Any = None
   predict_step: Any = None
+  rules: tuple = ()
 
 
 def create_run(model: nnx.Module, optimizer: nnx.Optimizer, mesh, rules,
-               batch_ndims: dict[str, int]) -> _Run:
+               batch_ndims: dict[str, int], *, require_sharded_params: bool = False) -> _Run:
   """Places model + optimizer state on ``mesh`` by the logical ``rules`` and compiles-on-first-use
-  the train and predict steps. ``batch_ndims``: the model's batch arrays and their ranks
-  (``example_mask`` is added)."""
+  the train and predict steps (activations constrained by the same rules). ``batch_ndims``: the
+  model's batch arrays and their ranks (``example_mask`` is added)."""
   graphdef, state = nnx.split((model, optimizer))
   shardings = mesh_lib.state_shardings(state, mesh, rules)
-  run = _Run(graphdef, _place(state, shardings), shardings, mesh)
+  mesh_lib.check_sharded(state, shardings, mesh, require=require_sharded_params)
+  run = _Run(graphdef, _place(state, shardings), shardings, mesh, rules=tuple(rules))
   _make_steps(run, dict(batch_ndims, example_mask=1))
   return run
 
@@ -139,7 +142,8 @@ def _make_steps(run: _Run, batch_keys: dict[str, int]) -> None:
     model, optimizer = nnx.merge(graphdef, state)
 
     def loss_fn(m):
-      return m.loss(batch, m(batch, deterministic=False))
+      with sharding.axis_rules(mesh, run.rules):  # activations placed by the rules
+        return m.loss(batch, m(batch, deterministic=False))
 
     loss, grads = nnx.value_and_grad(loss_fn)(model)
     optimizer.update(model, grads)
@@ -150,7 +154,8 @@ def _make_steps(run: _Run, batch_keys: dict[str, int]) -> None:
   # shardings, is what the loop and the checkpointer handle.
   def predict_step(state, batch):
     model, _ = nnx.merge(graphdef, state)
-    return model(batch, deterministic=True)
+    with sharding.axis_rules(mesh, run.rules):
+      return model(batch, deterministic=True)
 
   run.train_step = jax.jit(train_step, in_shardings=(run.shardings, batch_sh),
                            out_shardings=(run.shardings, None), donate_argnums=0)
@@ -264,7 +269,8 @@ def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval") -> di
   with jax.set_mesh(mesh):
     feats_for_keys = train_features or eval_features
     keys = {k: np.ndim(v) for k, v in task.model_arrays(feats_for_keys.arrays).items()}
-    run = create_run(model, optimizer, mesh, config.mesh.rules, keys)
+    run = create_run(model, optimizer, mesh, config.mesh.rules, keys,
+                     require_sharded_params=config.mesh.get("require_sharded_params", False))
     del model, optimizer
     checkpointer = ckpt_lib.Checkpointer(workdir, keep=config.train.keep_checkpoints,
                                          best_metric=best_metric,

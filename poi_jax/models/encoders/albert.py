@@ -16,6 +16,7 @@ from flax import nnx
 from poi_jax.layers import attention as attn_lib
 from poi_jax.layers import common
 from poi_jax.layers.embeddings import Embeddings
+from poi_jax.layers.sharding import BLD, BLH, BLM, constrain
 from poi_jax.models.encoders import base
 from poi_jax.models.encoders.config import EncoderConfig, remat_policy
 
@@ -36,12 +37,12 @@ class AlbertAttention(nnx.Module):
 
   def __call__(self, h, mask, key, deterministic):
     k1, k2 = common.split_key(key, 2)
+    q, k, v = (constrain(p(h), BLH) for p in (self.query, self.key, self.value))
     ctx = attn_lib.dot_product_attention(
-        self.query(h), self.key(h), self.value(h), mask, num_heads=self.num_heads,
-        implementation=self.implementation, dropout_rate=self.attn_dropout, key=k1,
-        deterministic=deterministic)
-    out = common.dropout(self.dense(ctx), self.out_dropout, k2, deterministic)
-    return self.LayerNorm(h + out)
+        q, k, v, mask, num_heads=self.num_heads, implementation=self.implementation,
+        dropout_rate=self.attn_dropout, key=k1, deterministic=deterministic)
+    out = common.dropout(self.dense(constrain(ctx, BLH)), self.out_dropout, k2, deterministic)
+    return constrain(self.LayerNorm(h + out), BLD)
 
 
 class AlbertLayer(nnx.Module):
@@ -61,9 +62,9 @@ class AlbertLayer(nnx.Module):
   def __call__(self, h, mask, key, deterministic=True):
     k1, k2 = common.split_key(key, 2)
     a = self.attention(h, mask, k1, deterministic)
-    f = self.ffn_output(self.act(self.ffn(a)))
+    f = self.ffn_output(constrain(self.act(self.ffn(a)), BLM))
     f = common.dropout(f, self.dropout_rate, k2, deterministic)
-    return self.full_layer_layer_norm(f + a)
+    return constrain(self.full_layer_layer_norm(f + a), BLD)
 
 
 class AlbertLayerGroup(nnx.Module):
@@ -99,7 +100,7 @@ class AlbertTransformer(nnx.Module):
     Like transformers, one "hidden state" is recorded per inner layer application
     (``num_hidden_layers * inner_group_num`` of them after the mapped input)."""
     cfg = self.config
-    h = self.embedding_hidden_mapping_in(h)
+    h = constrain(self.embedding_hidden_mapping_in(h), BLD)
     first = h
     n, groups = cfg.num_hidden_layers, cfg.num_hidden_groups
     per_group = n // groups

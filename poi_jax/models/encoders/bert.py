@@ -15,6 +15,7 @@ from flax import nnx
 from poi_jax.layers import attention as attn_lib
 from poi_jax.layers import common
 from poi_jax.layers.embeddings import Embeddings, roberta_position_ids
+from poi_jax.layers.sharding import BLD, BLH, BLM, constrain
 from poi_jax.models.encoders import base
 from poi_jax.models.encoders.config import EncoderConfig
 
@@ -31,10 +32,11 @@ class BertSelfAttention(nnx.Module):
     self.implementation = cfg.attention
 
   def __call__(self, h, mask, key, deterministic):
-    return attn_lib.dot_product_attention(
-        self.query(h), self.key(h), self.value(h), mask, num_heads=self.num_heads,
-        implementation=self.implementation, dropout_rate=self.dropout_rate, key=key,
-        deterministic=deterministic)
+    q, k, v = (constrain(p(h), BLH) for p in (self.query, self.key, self.value))
+    ctx = attn_lib.dot_product_attention(
+        q, k, v, mask, num_heads=self.num_heads, implementation=self.implementation,
+        dropout_rate=self.dropout_rate, key=key, deterministic=deterministic)
+    return constrain(ctx, BLH)
 
 
 class BertSelfOutput(nnx.Module):
@@ -48,7 +50,7 @@ class BertSelfOutput(nnx.Module):
 
   def __call__(self, x, residual, key, deterministic):
     x = common.dropout(self.dense(x), self.dropout_rate, key, deterministic)
-    return self.LayerNorm(x + residual)
+    return constrain(self.LayerNorm(x + residual), BLD)
 
 
 class BertAttention(nnx.Module):
@@ -70,7 +72,7 @@ class BertIntermediate(nnx.Module):
     self.act = common.activation(cfg.hidden_act)
 
   def __call__(self, h):
-    return self.act(self.dense(h))
+    return constrain(self.act(self.dense(h)), BLM)
 
 
 class BertLayer(nnx.Module):
