@@ -86,11 +86,15 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   kind = choose(implementation, v.dtype, dropout_active)
   if kind == "explicit":
     out = _explicit(q, k, v, mask, lambda p: common.dropout(p, dropout_rate, key, False))
-  elif kind == "cudnn" and implementation == "auto":
+  elif kind == "cudnn":
+    # cuDNN takes the mask as a bias whose query length must be the queries' (no broadcast).
+    full = None if mask is None else jnp.broadcast_to(mask, (b, 1, lq, lk))
     try:
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="cudnn")
+      out = jax.nn.dot_product_attention(q, k, v, mask=full, implementation="cudnn")
     except (ValueError, NotImplementedError, RuntimeError):  # a shape cuDNN does not support
+      if implementation == "cudnn":
+        raise
       out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
   else:
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=kind)
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
   return out.astype(v.dtype).reshape(b, lq, num_heads * dh)
