@@ -1,7 +1,8 @@
 """POI-Net for extractive QA in PyTorch eager, for `bench/train_step.py` only (never imported by
-poi_jax): transformers' BertModel with a POS table added to the input embeddings, the paper's
-iterative co-attention (forgetting integration) batched over rows with domain masks, and a
-Linear(D, 2) span head with transformers' QA loss."""
+poi_jax): transformers' BERT or ALBERT (SDPA attention) with a POS table added to the input
+embeddings, the paper's iterative co-attention (forgetting integration) batched over rows with
+domain masks, and a Linear(D, 2) span head with transformers' QA loss. ``head="none"``: the span
+head directly on the encoder (no POS table, no co-attention)."""
 from __future__ import annotations
 
 import torch
@@ -46,19 +47,31 @@ def coattention(e, con_start, con_end, turns=3):
 
 
 class PoiNetQA(nn.Module):
+  """``shape``: HF config fields with ``model_type`` (bert | albert)."""
 
-  def __init__(self, bert_config):
+  def __init__(self, shape: dict, head: str = "poi"):
     super().__init__()
-    from transformers import BertModel
-    self.bert = BertModel(bert_config, add_pooling_layer=False)
-    self.pos = nn.Embedding(40, bert_config.hidden_size)
-    self.qa_outputs = nn.Linear(bert_config.hidden_size, 2)
+    import transformers
+    kw = {k: v for k, v in shape.items() if k != "model_type"}
+    if shape["model_type"] == "albert":
+      self.encoder = transformers.AlbertModel(transformers.AlbertConfig(
+          **kw, attn_implementation="sdpa"), add_pooling_layer=False)
+    else:
+      self.encoder = transformers.BertModel(transformers.BertConfig(
+          **kw, attn_implementation="sdpa"), add_pooling_layer=False)
+    width = shape.get("embedding_size", shape["hidden_size"])
+    self.head = head
+    self.pos = nn.Embedding(40, width) if head == "poi" else None
+    self.qa_outputs = nn.Linear(shape["hidden_size"], 2)
 
   def forward(self, batch):
-    emb = self.bert.embeddings.word_embeddings(batch["input_ids"]) + self.pos(batch["pos_tags"])
-    h = self.bert(inputs_embeds=emb, attention_mask=batch["attention_mask"],
-                  token_type_ids=batch["token_type_ids"]).last_hidden_state
-    r = coattention(h, batch["con_start"], batch["con_end"])
-    start, end = self.qa_outputs(r).unbind(-1)
+    emb = self.encoder.embeddings.word_embeddings(batch["input_ids"])
+    if self.pos is not None:
+      emb = emb + self.pos(batch["pos_tags"])
+    h = self.encoder(inputs_embeds=emb, attention_mask=batch["attention_mask"],
+                     token_type_ids=batch["token_type_ids"]).last_hidden_state
+    if self.head == "poi":
+      h = coattention(h, batch["con_start"], batch["con_end"])
+    start, end = self.qa_outputs(h).unbind(-1)
     return (F.cross_entropy(start, batch["start_positions"]) +
             F.cross_entropy(end, batch["end_positions"])) / 2

@@ -1,17 +1,24 @@
-r"""Training-step throughput: the JAX engine's step vs the same model in PyTorch eager, and the
-JAX step on 1 vs 8 simulated devices, side by side in one run.
+r"""Training-step throughput at the papers' scale: the JAX engine's step and the same model in
+PyTorch on the same device, float32 and bfloat16 side by side in one run.
 
-  python bench/train_step.py                      # MiniLM-shaped POI-Net (6 x 384), 8 x 256
-  python bench/train_step.py --steps=3 --seq=128  # a quick look
+  python bench/train_step.py                                   # MiniLM-shaped POI-Net, 8 x 256
+  python bench/train_step.py --shape=bert-large --seq=384 --batch=32 --dtype=bfloat16
+  python bench/train_step.py --shape=albert-xxlarge --seq=512 --batch=24 --remat=full \
+      --compile_only                      # does it fit? (compiled memory estimate, no run)
+  python bench/train_step.py --devices    # + the JAX step on 1 vs 8 simulated CPU devices
 
-Model: BERT encoder + POS table + the paper's co-attention (forgetting, 3 turns) + span head,
-random weights, dropout off; one step = forward, backward, AdamW update (JAX: the engine's jitted
-step with donated state, `poi_jax.train.step.create_sharded_state`; PyTorch: `bench/torch_poi.py`, eager,
-`torch.optim.AdamW`). On a CPU the device comparison re-runs this script in subprocesses with
-``--xla_force_host_platform_device_count`` (data-parallel mesh over the simulated devices; they
-share the same cores, so this shows the sharding overhead, not a speed-up). On a GPU PyTorch runs
-there too (TF32 matmuls, as JAX's float32 default there), both also in bfloat16 (PyTorch autocast;
-JAX bfloat16 compute, float32 parameters), with the JAX bfloat16 step's model FLOPs utilisation.
+Model: ``--shape`` encoder (random weights, dropout off) + ``--head=poi`` (POS table + the
+paper's co-attention, forgetting, 3 turns + span head) or ``--head=none`` (span head on the
+encoder: the difference is what POS + co-attention cost). One step = forward, backward, AdamW
+update. JAX: the engine's jitted step with donated state (`poi_jax.train.step.create_sharded_state`;
+``--dtype=bfloat16``: bf16 compute, float32 parameters; ``--attention``, ``--remat``,
+``--scan``). PyTorch: transformers' model with SDPA attention (`bench/torch_poi.py`), eager,
+`torch.optim.AdamW`, TF32 on a GPU, ``torch.autocast(bfloat16)`` beside JAX's bf16.
+
+Columns: ms/step; examples/s; MFU = matmul FLOPs of the step / time / the device's bf16 dense
+peak (`PEAK_BF16_TFLOPS`; n/a on a CPU); memory = the compiled JAX step's footprint (arguments +
+outputs + temporaries, `Compiled.memory_analysis`, on any backend) and PyTorch's
+``max_memory_allocated`` (GPU only); speed = vs PyTorch in the same dtype.
 """
 from __future__ import annotations
 
@@ -25,19 +32,36 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-SHAPE = dict(model_type="bert", vocab_size=30522, hidden_size=384, num_hidden_layers=6,
-             num_attention_heads=12, intermediate_size=1536, hidden_act="gelu",
-             max_position_embeddings=512, type_vocab_size=2, hidden_dropout_prob=0.0,
-             attention_probs_dropout_prob=0.0)
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+_DROPOUT_OFF = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                    max_position_embeddings=512, type_vocab_size=2, vocab_size=30522)
+SHAPES = {
+    "minilm": dict(model_type="bert", hidden_size=384, num_hidden_layers=6,
+                   num_attention_heads=12, intermediate_size=1536, hidden_act="gelu"),
+    "bert-base": dict(model_type="bert", hidden_size=768, num_hidden_layers=12,
+                      num_attention_heads=12, intermediate_size=3072, hidden_act="gelu"),
+    "bert-large": dict(model_type="bert", hidden_size=1024, num_hidden_layers=24,
+                       num_attention_heads=16, intermediate_size=4096, hidden_act="gelu"),
+    "albert-base": dict(model_type="albert", embedding_size=128, hidden_size=768,
+                        num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                        num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new"),
+    "albert-xxlarge": dict(model_type="albert", embedding_size=128, hidden_size=4096,
+                           num_hidden_layers=12, num_attention_heads=64,
+                           intermediate_size=16384, num_hidden_groups=1, inner_group_num=1,
+                           hidden_act="gelu_new"),
+}
+for _s in SHAPES.values():
+  _s.update(_DROPOUT_OFF)
+# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), by a substring of `device_kind`.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0,
+                    "TPU v5 lite": 197.0, "TPU v5": 459.0, "TPU v4": 275.0}
 
 
-def make_batch(batch, seq, seed=0):
+def make_batch(batch, seq, vocab=30522, seed=0):
   import numpy as np
   rng = np.random.default_rng(seed)
   q = seq // 8
   return {
-      "input_ids": rng.integers(1000, SHAPE["vocab_size"], (batch, seq)).astype(np.int32),
+      "input_ids": rng.integers(1000, vocab, (batch, seq)).astype(np.int32),
       "attention_mask": np.ones((batch, seq), np.int32),
       "token_type_ids": np.concatenate([np.zeros((batch, q + 2)), np.ones((batch, seq - q - 2))],
                                        1).astype(np.int32),
@@ -49,61 +73,114 @@ def make_batch(batch, seq, seed=0):
   }
 
 
-def jax_step_time(batch_np, steps, dtype="float32", devices=None):
-  import jax
-  import numpy as np
-  from flax import nnx
+def _jax_config(args, dtype):
   from ml_collections import ConfigDict
 
   from configs import squad2
-  from poi_jax import tasks
-  from poi_jax.train import optim, placement
-  from poi_jax.train import step as step_lib
-  from poi_jax.train import mesh as mesh_lib
-
   config = squad2.get_config("tiny")
   with config.unlocked():
-    config.model.encoder = ConfigDict(SHAPE)
+    config.model.encoder = ConfigDict(SHAPES[args.shape])
     config.model.dtype = dtype
+    config.model.head = args.head
+    config.model.remat = args.remat
+    config.model.scan_layers = args.scan
+    config.model.attention = args.attention
+  return config
+
+
+def _build(config, abstract: bool):
+  from flax import nnx
+
+  from poi_jax import tasks
+  from poi_jax.train import optim
+
+  def make():
+    model = tasks.build_model(config, nnx.Rngs(0))
+    tx, _ = optim.make_optimizer(config.optim, 1000)
+    return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+  return nnx.eval_shape(make) if abstract else make()
+
+
+def _memory_gb(compiled):
+  m = compiled.memory_analysis()
+  if m is None:
+    return None
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+           - m.alias_size_in_bytes)
+  return total / 2**30
+
+
+def jax_compile_only(args, dtype):
+  """The compiled step's memory footprint (GB) without allocating the state."""
+  import jax
+  import numpy as np
+  from flax import nnx
+
+  from poi_jax.train import mesh as mesh_lib
+  from poi_jax.train import step as step_lib
+  config = _jax_config(args, dtype)
   mesh = mesh_lib.make_mesh(config.mesh)
-  model = tasks.build_model(config, nnx.Rngs(0))
-  tx, _ = optim.make_optimizer(config.optim, 1000)
-  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  model, optimizer = _build(config, abstract=True)
+  batch = make_batch(args.batch, args.seq)
+  batch["example_mask"] = np.ones(args.batch, np.float32)
+  with jax.set_mesh(mesh):
+    graphdef, state = nnx.split((model, optimizer))
+    shardings = mesh_lib.state_shardings(state, mesh, config.mesh.rules)
+    train, _ = step_lib.jit_steps(graphdef, shardings, mesh, config.mesh.rules,
+                                  {k: v.ndim for k, v in batch.items()})
+    gb = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+    t0 = time.perf_counter()
+    compiled = train.lower(state, gb).compile()
+  return _memory_gb(compiled), time.perf_counter() - t0
+
+
+def jax_step(args, dtype, batch_np):
+  """``(seconds per step, compiled memory GB)`` of the engine's step."""
+  import jax
+  import numpy as np
+
+  from poi_jax.train import mesh as mesh_lib
+  from poi_jax.train import placement
+  from poi_jax.train import step as step_lib
+  config = _jax_config(args, dtype)
+  mesh = mesh_lib.make_mesh(config.mesh)
+  model, optimizer = _build(config, abstract=False)
   batch = dict(batch_np, example_mask=np.ones(len(batch_np["input_ids"]), np.float32))
   with jax.set_mesh(mesh):
     run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
-                          {k: v.ndim for k, v in batch_np.items()})
+                                        {k: v.ndim for k, v in batch_np.items()})
     gb = placement.global_batch(batch, mesh)
+    compiled = run.train_step.lower(run.state, gb).compile()
 
     def one():
-      run.state, out = run.train_step(run.state, gb)
+      run.state, out = compiled(run.state, gb)
       jax.block_until_ready(out["loss"])
 
-    one()  # compile
+    one()  # warm-up
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(args.steps):
       one()
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / args.steps, _memory_gb(compiled)
 
 
-def torch_step_time(batch_np, steps, device="cpu", autocast_bf16=False):
-  """PyTorch eager step time on `device` (cuda: TF32 matmuls, as JAX's float32 default there;
-  `autocast_bf16`: bfloat16 autocast, float32 parameters)."""
+def torch_step(args, batch_np, device="cpu", autocast_bf16=False):
+  """``(seconds per step, peak GB or None)`` of the PyTorch eager step on ``device``."""
   import contextlib
 
   import torch
-  import transformers
 
   from bench.torch_device import prepare
   from bench.torch_poi import PoiNetQA
   torch.manual_seed(0)
   sync = prepare(device)
-  kw = {k: v for k, v in SHAPE.items() if k != "model_type"}
-  model = PoiNetQA(transformers.BertConfig(**kw)).to(device)
+  model = PoiNetQA(SHAPES[args.shape], head=args.head).to(device)
   opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
   batch = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in batch_np.items()}
-  cast = (torch.autocast("cuda", dtype=torch.bfloat16) if autocast_bf16
+  cast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if autocast_bf16
           else contextlib.nullcontext())
+  if device != "cpu":
+    torch.cuda.reset_peak_memory_stats()
 
   def one():
     opt.zero_grad(set_to_none=True)
@@ -116,70 +193,110 @@ def torch_step_time(batch_np, steps, device="cpu", autocast_bf16=False):
 
   one()
   t0 = time.perf_counter()
-  for _ in range(steps):
+  for _ in range(args.steps):
     one()
-  return (time.perf_counter() - t0) / steps
+  seconds = (time.perf_counter() - t0) / args.steps
+  mem = torch.cuda.max_memory_allocated() / 2**30 if device != "cpu" else None
+  del model, opt
+  return seconds, mem
 
 
-def train_flops(batch, seq):
-  """Model FLOPs of one training step (forward + backward = 3x forward), matmuls only."""
-  d, f, n = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["num_hidden_layers"]
+def train_flops(shape, batch, seq):
+  """Matmul FLOPs of one training step (backward = 2x forward): projections, attention scores
+  and context, feed-forward; ALBERT's shared layers count once per application."""
+  s = SHAPES[shape]
+  d, f, n = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"]
   per_token_layer = 2 * (4 * d * d + 2 * d * f) + 2 * 2 * seq * d
   return 3 * batch * seq * n * per_token_layer
+
+
+def _peak(kind):
+  return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in kind), None)
 
 
 def _subprocess_time(args, devices):
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu")
-  out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
-                        f"--batch={args.batch}", f"--seq={args.seq}", f"--steps={args.steps}"],
+  argv = [a for a in sys.argv[1:] if not a.startswith("--devices")]
+  out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
                        env=env, capture_output=True, text=True, check=True, cwd=ROOT)
   return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
 
 
+def _fmt(x, spec):
+  return "n/a" if x is None else format(x, spec)
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--shape", default="minilm", choices=sorted(SHAPES))
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--seq", type=int, default=256)
   ap.add_argument("--steps", type=int, default=5)
+  ap.add_argument("--dtype", default="float32,bfloat16",
+                  help="comma-separated: float32, bfloat16")
+  ap.add_argument("--head", default="poi", choices=["poi", "none"])
+  ap.add_argument("--remat", default="none",
+                  choices=["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
+  ap.add_argument("--scan", action="store_true", help="model.scan_layers")
+  ap.add_argument("--attention", default="auto", choices=["auto", "xla", "cudnn"])
+  ap.add_argument("--no_torch", action="store_true", help="JAX rows only")
+  ap.add_argument("--compile_only", action="store_true",
+                  help="compile the JAX step and print its memory estimate (no run)")
+  ap.add_argument("--devices", action="store_true",
+                  help="CPU: also the JAX float32 step on 1 vs 8 simulated devices")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
-  batch = make_batch(args.batch, args.seq)
+  dtypes = args.dtype.split(",")
   if args.child:
-    print(json.dumps({"seconds": jax_step_time(batch, args.steps)}))
+    batch = make_batch(args.batch, args.seq)
+    print(json.dumps({"seconds": jax_step(args, "float32", batch)[0]}))
     return
   import jax
-  platform = jax.devices()[0].platform
-  print(f"# {' '.join(sys.argv)}  (jax on {platform}; POI-Net QA, BERT 6x384, batch "
-        f"{args.batch} x {args.seq}; {args.steps} timed steps after one warm-up)")
-  rows = []
+  dev = jax.devices()[0]
+  platform, kind = dev.platform, dev.device_kind
+  print(f"# {' '.join(sys.argv)}")
+  print(f"# {kind} ({platform}); POI-Net QA head={args.head}, {args.shape} encoder, batch "
+        f"{args.batch} x {args.seq}, remat={args.remat}, scan={args.scan}, "
+        f"attention={args.attention}; {args.steps} timed steps after one warm-up")
+  if args.compile_only:
+    for dtype in dtypes:
+      gb, secs = jax_compile_only(args, dtype)
+      print(f"jax {dtype}: compiled step memory {_fmt(gb, '.2f')} GB (arguments + outputs + "
+            f"temporaries; compiled in {secs:.0f} s)")
+    return
+  batch = make_batch(args.batch, args.seq)
   from bench.torch_device import torch_device as device_of
-  torch_device = device_of(platform)  # PyTorch on the device JAX runs on
-  t_torch = torch_step_time(batch, args.steps, torch_device)
-  t_jax = jax_step_time(batch, args.steps)
-  rows.append((f"torch eager, 1 device ({torch_device})", t_torch, "1.00"))
-  rows.append(("jax jit, 1 device", t_jax, f"{t_torch / t_jax:.2f}"))
-  if platform == "cpu":
-    t1 = _subprocess_time(args, 1)
-    t8 = _subprocess_time(args, 8)
-    rows.append(("jax jit, 1 simulated CPU device", t1, f"{t_torch / t1:.2f}"))
-    rows.append(("jax jit, 8 simulated CPU devices", t8, f"{t_torch / t8:.2f}"))
-  else:
-    t_tbf = torch_step_time(batch, args.steps, torch_device, autocast_bf16=True)
-    rows.append(("torch eager bf16 autocast, 1 device", t_tbf, f"{t_torch / t_tbf:.2f}"))
-    t_bf = jax_step_time(batch, args.steps, dtype="bfloat16")
-    rows.append(("jax jit bf16, 1 device", t_bf, f"{t_torch / t_bf:.2f}"))
-  header = f"{'step':<34} {'ms/step':>9} {'examples/s':>11} {'speed vs torch':>15}"
+  torch_dev = device_of(platform)
+  peak = _peak(kind) if platform != "cpu" else None
+  flops = train_flops(args.shape, args.batch, args.seq)
+  rows = []
+  for dtype in dtypes:
+    t_torch = mem_torch = None
+    if not args.no_torch:
+      t_torch, mem_torch = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16")
+      name = "torch eager " + ("bf16 autocast" if dtype == "bfloat16" else "f32")
+      rows.append((name, t_torch, mem_torch, t_torch))
+    t_jax, mem_jax = jax_step(args, dtype, batch)
+    rows.append((f"jax jit {'bf16' if dtype == 'bfloat16' else 'f32'}", t_jax, mem_jax, t_torch))
+  if args.devices and platform == "cpu":
+    for n in (1, 8):
+      t = _subprocess_time(args, n)
+      rows.append((f"jax jit f32, {n} simulated CPU dev", t, None, rows[0][1]))
+  header = (f"{'step':<32} {'ms/step':>9} {'examples/s':>11} {'MFU':>6} {'mem GB':>7} "
+            f"{'speed vs torch':>15}")
   print(header)
   print("-" * len(header))
-  for name, t, ratio in rows:
-    print(f"{name:<34} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {ratio:>15}")
-  if platform == "gpu":
-    kind = jax.devices()[0].device_kind
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in kind), None)
-    if peak:
-      mfu = train_flops(args.batch, args.seq) / rows[-1][1] / (peak * 1e12)
-      print(f"bf16 MFU on {kind}: {100 * mfu:.1f}% (matmul FLOPs / peak {peak} TFLOP/s)")
+  for name, t, mem, ref in rows:
+    mfu = f"{100 * flops / t / (peak * 1e12):.1f}%" if peak else "n/a"
+    speed = f"{ref / t:.2f}" if ref else "n/a"
+    print(f"{name:<32} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {mfu:>6} {_fmt(mem, '.2f'):>7} "
+          f"{speed:>15}")
+  stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+  if stats and "peak_bytes_in_use" in stats:
+    print(f"jax peak device memory over the run: {stats['peak_bytes_in_use'] / 2**30:.2f} GB")
+  if peak:
+    print(f"MFU: {flops / 1e12:.2f} TFLOP per step (matmuls) / time / {peak} TFLOP/s ({kind})")
 
 
 if __name__ == "__main__":

@@ -58,9 +58,17 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.head = "none"
   c.model.pos_embedding = False  # POI-Net POS embedding (the POI-Net configs turn it on)
   c.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
-  c.model.remat = False  # rematerialise encoder layers
+  # Rematerialise encoder layers: none | full | dots_saveable | dots_with_no_batch_dims_saveable
+  # (what each layer keeps for the backward pass; False/True still mean none/full).
+  c.model.remat = "none"
   c.model.scan_layers = False  # run the encoder layer stack with lax.scan
+  # Attention kernel: auto (cuDNN flash attention on a GPU in bf16 when no attention dropout is
+  # active, else XLA) | xla | cudnn. See poi_jax/layers/attention.py.
+  c.model.attention = "auto"
   c.model.dropout = -1.0  # < 0: keep the encoder config's dropout
+  # < 0: keep the encoder's attention-probability dropout (after model.dropout); 0 lets training
+  # use the fused cuDNN kernel (which has no attention dropout).
+  c.model.attention_dropout = -1.0
 
   # ---- data -------------------------------------------------------------------------------
   c.data = ml_collections.ConfigDict()
@@ -115,7 +123,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1  # -1: the rest of the devices
   c.mesh.fsdp = 1
   c.mesh.tensor = 1
-  # logical axis -> mesh axes; None = replicated.
+  # Fail (instead of warning) when an array over 1M elements stays replicated while fsdp or
+  # tensor > 1.
+  c.mesh.require_sharded_params = False
+  # logical axis -> mesh axes; None = replicated. Parameters and activations (batch, length,
+  # embed, heads, mlp after each sublayer) are placed by these rules.
   c.mesh.rules = (
       ("batch", ("data", "fsdp")),
       ("vocab", "tensor"),

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from poi_jax.layers.lookup import Embed
 
 Axes = tuple[str | None, ...]
 
@@ -51,8 +52,9 @@ def layer_norm(features: int, eps: float, *, dtype, rngs, axis_name: str | None 
       rngs=rngs)
 
 
-def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> nnx.Embed:
-  return nnx.Embed(
+def embed(num: int, features: int, axes: Axes, *, init_std: float, dtype, rngs) -> Embed:
+  """A float32 table looked up without bfloat16 gathers or scatters (`poi_jax.layers.lookup`)."""
+  return Embed(
       num, features, dtype=dtype, param_dtype=jnp.float32,
       embedding_init=named(nnx.initializers.normal(init_std), axes), rngs=rngs)
 

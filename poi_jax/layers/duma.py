@@ -48,8 +48,12 @@ def split_passage_question(h: jax.Array, p_end: jax.Array, q_start: jax.Array, q
   m_q = pos < (q_end - q_start + 1)[:, None]
   idx_c = jnp.clip(pos + 1, 0, length - 1)
   idx_q = jnp.clip(pos + q_start[:, None], 0, length - 1)
-  take = lambda idx, m: jnp.take_along_axis(h, jnp.broadcast_to(idx, (n_rows, length))[..., None],
-                                            axis=1) * m[..., None].astype(h.dtype)
+  # Gathered in float32: the backward scatter-add (clipped indices repeat the last row) would be
+  # a serialised compare-and-swap loop on a GPU in bfloat16.
+  h32 = h.astype(jnp.float32)
+  take = lambda idx, m: (jnp.take_along_axis(
+      h32, jnp.broadcast_to(idx, (n_rows, length))[..., None], axis=1) * m[..., None]
+  ).astype(h.dtype)
   return take(idx_c, m_c), take(idx_q, m_q), m_c.astype(jnp.float32), m_q.astype(jnp.float32)
 
 

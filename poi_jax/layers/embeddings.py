@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from poi_jax.layers import common
+from poi_jax.layers.sharding import BLD, constrain
 
 
 class Embeddings(nnx.Module):
@@ -40,7 +41,7 @@ class Embeddings(nnx.Module):
     if extra_embeddings is not None:
       h = h + extra_embeddings.astype(h.dtype)
     h = self.LayerNorm(h)
-    return common.dropout(h, self.dropout_rate, key, deterministic)
+    return constrain(common.dropout(h, self.dropout_rate, key, deterministic), BLD)
 
 
 def _lookup(table: nnx.Embed, ids: jax.Array, padding_idx: int | None) -> jax.Array:

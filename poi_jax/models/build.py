@@ -10,13 +10,16 @@ from poi_jax.models import encoders
 def encoder_config(config: ml_collections.ConfigDict) -> encoders.EncoderConfig:
   """The encoder architecture: from ``model.init_from``'s config.json, else ``model.encoder``."""
   m = config.model
-  runtime = dict(dtype=m.dtype, remat=m.remat, scan_layers=m.scan_layers)
+  runtime = dict(dtype=m.dtype, remat=m.remat, scan_layers=m.scan_layers,
+                 attention=m.get("attention", "auto"))
   if m.init_from:
     cfg = encoders.read_config(encoders.resolve_checkpoint(m.init_from), **runtime)
   else:
     cfg = encoders.EncoderConfig.from_hf(m.encoder.to_dict(), **runtime)
   if m.dropout >= 0:
     cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = float(m.dropout)
+  if m.get("attention_dropout", -1.0) >= 0:
+    cfg.attention_probs_dropout_prob = float(m.attention_dropout)
   return cfg
 
 

@@ -29,6 +29,7 @@ from flax import nnx
 
 from poi_jax.layers import common
 from poi_jax.layers import poi_coattention as coatt
+from poi_jax.layers.sharding import BLD, constrain
 from poi_jax.models import checks, encoders, heads
 
 POS_VOCAB = checks.NUM_POS_TAGS
@@ -75,7 +76,7 @@ class _PoiNetBase(nnx.Module):
                                      strategy=self.strategy)
     else:
       r = h
-    return r, m_a + m_b
+    return constrain(r, BLD), m_a + m_b
 
   def _check(self, batch):
     if checks.is_concrete(batch):

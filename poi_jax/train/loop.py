@@ -60,8 +60,9 @@ def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval", *,
   run.writer = MetricWriter(workdir, enabled=run.is_chief and run.train is not None)
   results: dict = {}
   with jax.set_mesh(run.mesh):
-    run.sharded = step_lib.create_sharded_state(run.model, run.optimizer, run.mesh,
-                                                config.mesh.rules, run.batch_ndims())
+    run.sharded = step_lib.create_sharded_state(
+        run.model, run.optimizer, run.mesh, config.mesh.rules, run.batch_ndims(),
+        require_sharded_params=config.mesh.require_sharded_params)
     run.model = run.optimizer = None  # the placed state is the only copy from here on
     try:
       if run.train is not None:

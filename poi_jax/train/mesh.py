@@ -17,16 +17,17 @@ from typing import Any, Sequence
 
 import jax
 import ml_collections
+from absl import logging
 import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-AXES = ("data", "fsdp", "tensor")
+# The rules' machinery is shared with the activation constraints of the layers.
+from poi_jax.layers.sharding import (  # noqa: F401
+    MESH_AXES, MeshError, logical_to_mesh, rules_dict)
+
+AXES = MESH_AXES
 BATCH_AXES = ("data", "fsdp")
-
-
-class MeshError(ValueError):
-  pass
 
 
 def mesh_shape(mesh_cfg: ml_collections.ConfigDict, n_devices: int) -> tuple[int, int, int]:
@@ -60,40 +61,6 @@ def batch_sharding(mesh, ndim: int) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
-def _rules_dict(rules: Sequence) -> dict[str, tuple[str, ...]]:
-  out = {}
-  for name, axes in rules:
-    if axes is None:
-      out[name] = ()
-    elif isinstance(axes, str):
-      out[name] = (axes,)
-    else:
-      out[name] = tuple(axes)
-    for a in out[name]:
-      if a not in AXES:
-        raise MeshError(f"mesh.rules: logical axis {name!r} maps to unknown mesh axis {a!r} "
-                        f"(mesh axes: {AXES})")
-  return out
-
-
-def logical_to_mesh(logical: Sequence[str | None], shape: Sequence[int], mesh,
-                    rules: Sequence) -> P:
-  """The `PartitionSpec` of an array with logical axis names ``logical`` and ``shape``."""
-  table = _rules_dict(rules)
-  used: set[str] = set()
-  spec = []
-  for name, size in zip(logical, shape):
-    axes = tuple(a for a in table.get(name, ()) if a not in used and mesh.shape[a] > 1) \
-        if name is not None else ()
-    n = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
-    if not axes or size % n:
-      spec.append(None)
-      continue
-    used.update(axes)
-    spec.append(axes[0] if len(axes) == 1 else axes)
-  return P(*spec)
-
-
 def state_shardings(state: nnx.State, mesh, rules: Sequence) -> Any:
   """`NamedSharding` for every array of ``state`` (same tree), from its logical axis names."""
   logical = nnx.get_partition_spec(state)
@@ -105,3 +72,29 @@ def state_shardings(state: nnx.State, mesh, rules: Sequence) -> Any:
 
   return jax.tree.map(one, logical, state,
                       is_leaf=lambda x: isinstance(x, P))
+
+
+# A parameter this large left whole on every device of a sharded mesh wastes memory.
+LARGE_PARAM = 1 << 20
+
+
+def check_sharded(state: nnx.State, shardings: Any, mesh, *, require: bool = False,
+                  min_size: int = LARGE_PARAM) -> list[str]:
+  """Names of arrays over ``min_size`` elements left replicated on a mesh with ``fsdp`` or
+  ``tensor`` > 1 (MaxText's ``assert_params_sufficiently_sharded``): logged as a warning, or a
+  `MeshError` when ``require`` (config ``mesh.require_sharded_params``). Causes: a logical name
+  the rules map to None, or sizes not divisible by the mesh axes."""
+  if mesh.shape["fsdp"] * mesh.shape["tensor"] == 1:
+    return []
+  leaves = jax.tree_util.tree_leaves_with_path(state)
+  shards = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))
+  bad = [f"{jax.tree_util.keystr(path)} {tuple(np.shape(x))}"
+         for (path, x), sh in zip(leaves, shards)
+         if np.size(x) > min_size and sh.is_fully_replicated]
+  if bad:
+    msg = (f"{len(bad)} arrays over {min_size} elements are replicated on mesh "
+           f"{dict(mesh.shape)} (check mesh.rules): " + "; ".join(bad))
+    if require:
+      raise MeshError(msg)
+    logging.warning(msg)
+  return bad

@@ -6,34 +6,39 @@ that the loop and the checkpointer handle a single object. The train step donate
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
 import optax
 from flax import nnx
 
+from poi_jax.layers import sharding
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import placement
 
 
-def train_step(graphdef, state, batch):
+def train_step(graphdef, state, batch, *, mesh=None, rules=()):
   """One optimizer update: ``state`` = nnx state of (model, optimizer); ``batch`` holds the model's
   arrays plus ``example_mask``. Returns the new state and ``{"loss", "grad_norm"}`` (scalars).
-  Dropout keys come from the RNG state inside the model, so the step is a pure function."""
+  Dropout keys come from the RNG state inside the model, so the step is a pure function.
+  Activations are constrained by the logical ``rules`` on ``mesh`` (`poi_jax.layers.sharding`)."""
   model, optimizer = nnx.merge(graphdef, state)
 
   def loss_fn(m):
-    return m.loss(batch, m(batch, deterministic=False))
+    with sharding.axis_rules(mesh, rules):  # activations placed by the rules
+      return m.loss(batch, m(batch, deterministic=False))
 
   loss, grads = nnx.value_and_grad(loss_fn)(model)
   optimizer.update(model, grads)
   return nnx.state((model, optimizer)), {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
 
-def predict_step(graphdef, state, batch):
+def predict_step(graphdef, state, batch, *, mesh=None, rules=()):
   """The model's outputs (dict of arrays, leading axis = batch) in inference mode."""
   model, _ = nnx.merge(graphdef, state)
-  return model(batch, deterministic=True)
+  with sharding.axis_rules(mesh, rules):
+    return model(batch, deterministic=True)
 
 
 @dataclasses.dataclass
@@ -50,17 +55,31 @@ class ShardedState:
   predict_step: Callable
 
 
-def create_sharded_state(model: nnx.Module, optimizer: nnx.Optimizer, mesh, rules,
-                         batch_ndims: dict[str, int]) -> ShardedState:
-  """Places model + optimizer state on ``mesh`` by the logical ``rules`` and jits (compiled on
-  first use) the train and predict steps with explicit shardings. ``batch_ndims``: the model's
-  batch arrays and their ranks (``example_mask`` is added)."""
-  graphdef, state = nnx.split((model, optimizer))
-  shardings = mesh_lib.state_shardings(state, mesh, rules)
+def jit_steps(graphdef, shardings, mesh, rules, batch_ndims: dict[str, int]):
+  """``(train_step, predict_step)`` jitted for state ``shardings`` on ``mesh`` (compiled on first
+  use; ``.lower(...)`` works on abstract state too, e.g. for a memory estimate)."""
+  rules = tuple(rules)
   batch_sh = {k: mesh_lib.batch_sharding(mesh, nd)
               for k, nd in dict(batch_ndims, example_mask=1).items()}
-  train = jax.jit(lambda s, b: train_step(graphdef, s, b), in_shardings=(shardings, batch_sh),
-                  out_shardings=(shardings, None), donate_argnums=0)
-  predict = jax.jit(lambda s, b: predict_step(graphdef, s, b), in_shardings=(shardings, None))
+  train = jax.jit(functools.partial(train_step, graphdef, mesh=mesh, rules=rules),
+                  in_shardings=(shardings, batch_sh), out_shardings=(shardings, None),
+                  donate_argnums=0)
+  predict = jax.jit(functools.partial(predict_step, graphdef, mesh=mesh, rules=rules),
+                    in_shardings=(shardings, None))
+  return train, predict
+
+
+def create_sharded_state(model: nnx.Module, optimizer: nnx.Optimizer, mesh, rules,
+                         batch_ndims: dict[str, int], *,
+                         require_sharded_params: bool = False) -> ShardedState:
+  """Places model + optimizer state on ``mesh`` by the logical ``rules`` and jits the train and
+  predict steps with explicit shardings (activations constrained by the same rules).
+  ``batch_ndims``: the model's batch arrays and their ranks (``example_mask`` is added). A large
+  parameter left replicated on an fsdp / tensor mesh warns, or fails with
+  ``require_sharded_params`` (`poi_jax.train.mesh.check_sharded`)."""
+  graphdef, state = nnx.split((model, optimizer))
+  shardings = mesh_lib.state_shardings(state, mesh, rules)
+  mesh_lib.check_sharded(state, shardings, mesh, require=require_sharded_params)
+  train, predict = jit_steps(graphdef, shardings, mesh, rules, batch_ndims)
   return ShardedState(graphdef, placement.place(state, shardings), shardings, mesh, train,
                       predict)

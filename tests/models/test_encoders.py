@@ -59,9 +59,11 @@ def _flax_outputs(enc, ids, mask, types):
   return [np.asarray(h) for h in out.hidden_states], np.asarray(out.pooler_output)
 
 
+@pytest.mark.parametrize("attention", ["auto", "xla"])  # the settings a CPU can run
 @pytest.mark.parametrize("model_type,kwargs,lengths", CONFIGS, ids=IDS)
-def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwargs, lengths):
-  hf, enc, report = _save_and_load(tmp_path, model_type, kwargs)
+def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwargs, lengths,
+                                                     attention):
+  hf, enc, report = _save_and_load(tmp_path, model_type, kwargs, attention=attention)
   assert not report.newly_initialized and not report.unused
   ids, mask, types = _inputs(hf, lengths)
   t_hidden, t_pool = torch_outputs(hf, ids, mask, types)
@@ -74,7 +76,9 @@ def test_hidden_states_and_pooler_match_transformers(tmp_path, model_type, kwarg
 
 @pytest.mark.parametrize("model_type,kwargs,lengths", [CONFIGS[0], CONFIGS[3], CONFIGS[6]],
                          ids=["bert", "albert", "roberta"])
-@pytest.mark.parametrize("scan,remat", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("scan,remat", [(True, False), (False, True), (True, True),
+                                        (True, "dots_saveable"),
+                                        (False, "dots_with_no_batch_dims_saveable")])
 def test_scan_and_remat_match_transformers(tmp_path, model_type, kwargs, lengths, scan, remat):
   hf, enc, _ = _save_and_load(tmp_path, model_type, kwargs, scan_layers=scan, remat=remat)
   ids, mask, types = _inputs(hf, lengths)
@@ -156,3 +160,30 @@ def test_dropout_is_active_in_training_and_reproducible():
   t2 = a(ids, deterministic=False).last_hidden_state
   assert not np.allclose(t1, eval_out) and not np.allclose(t1, t2)  # new mask each call
   np.testing.assert_array_equal(b(ids, deterministic=False).last_hidden_state, t1)
+
+
+@pytest.mark.parametrize("given,want", [(True, "full"), (False, "none"), ("True", "full"),
+                                        ("false", "none"), ("dots_saveable", "dots_saveable")])
+def test_remat_accepts_policies_and_the_old_booleans(given, want):
+  assert encoders.EncoderConfig(remat=given).remat == want
+
+
+def test_bad_remat_and_attention_are_clear_errors():
+  with pytest.raises(ValueError, match="remat must be one of"):
+    encoders.EncoderConfig(remat="sometimes")
+  with pytest.raises(ValueError, match="attention must be auto, xla or cudnn"):
+    encoders.EncoderConfig(attention="flash")
+
+
+def test_config_keys_flow_into_the_encoder_config():
+  from configs import squad2
+  from poi_jax.models import build
+  config = squad2.get_config("tiny")
+  with config.unlocked():
+    config.model.attention = "xla"
+    config.model.attention_dropout = 0.0
+    config.model.remat = "dots_with_no_batch_dims_saveable"
+  cfg = build.encoder_config(config)
+  assert (cfg.attention, cfg.attention_probs_dropout_prob, cfg.hidden_dropout_prob,
+          cfg.remat) == ("xla", 0.0, 0.1, "dots_with_no_batch_dims_saveable")
+  assert "attention" not in cfg.to_hf() and "remat" not in cfg.to_hf()

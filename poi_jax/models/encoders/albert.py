@@ -16,8 +16,9 @@ from flax import nnx
 from poi_jax.layers import attention as attn_lib
 from poi_jax.layers import common
 from poi_jax.layers.embeddings import Embeddings
+from poi_jax.layers.sharding import BLD, BLH, BLM, constrain
 from poi_jax.models.encoders import base
-from poi_jax.models.encoders.config import EncoderConfig
+from poi_jax.models.encoders.config import EncoderConfig, remat_policy
 
 
 class AlbertAttention(nnx.Module):
@@ -32,14 +33,16 @@ class AlbertAttention(nnx.Module):
     self.num_heads = cfg.num_attention_heads
     self.attn_dropout = cfg.attention_probs_dropout_prob
     self.out_dropout = cfg.hidden_dropout_prob
+    self.implementation = cfg.attention
 
-  def __call__(self, h, bias, key, deterministic):
+  def __call__(self, h, mask, key, deterministic):
     k1, k2 = common.split_key(key, 2)
-    drop = lambda p: common.dropout(p, self.attn_dropout, k1, deterministic)
-    ctx = attn_lib.dot_product_attention(self.query(h), self.key(h), self.value(h), bias,
-                                         num_heads=self.num_heads, dropout_fn=drop)
-    out = common.dropout(self.dense(ctx), self.out_dropout, k2, deterministic)
-    return self.LayerNorm(h + out)
+    q, k, v = (constrain(p(h), BLH) for p in (self.query, self.key, self.value))
+    ctx = attn_lib.dot_product_attention(
+        q, k, v, mask, num_heads=self.num_heads, implementation=self.implementation,
+        dropout_rate=self.attn_dropout, key=k1, deterministic=deterministic)
+    out = common.dropout(self.dense(constrain(ctx, BLH)), self.out_dropout, k2, deterministic)
+    return constrain(self.LayerNorm(h + out), BLD)
 
 
 class AlbertLayer(nnx.Module):
@@ -56,12 +59,12 @@ class AlbertLayer(nnx.Module):
     self.act = common.activation(cfg.hidden_act)
     self.dropout_rate = cfg.hidden_dropout_prob
 
-  def __call__(self, h, bias, key, deterministic=True):
+  def __call__(self, h, mask, key, deterministic=True):
     k1, k2 = common.split_key(key, 2)
-    a = self.attention(h, bias, k1, deterministic)
-    f = self.ffn_output(self.act(self.ffn(a)))
+    a = self.attention(h, mask, k1, deterministic)
+    f = self.ffn_output(constrain(self.act(self.ffn(a)), BLM))
     f = common.dropout(f, self.dropout_rate, k2, deterministic)
-    return self.full_layer_layer_norm(f + a)
+    return constrain(self.full_layer_layer_norm(f + a), BLD)
 
 
 class AlbertLayerGroup(nnx.Module):
@@ -71,12 +74,12 @@ class AlbertLayerGroup(nnx.Module):
     self.albert_layers = nnx.List([AlbertLayer(cfg, dtype, rngs)
                                    for _ in range(cfg.inner_group_num)])
 
-  def __call__(self, h, bias, key, deterministic=True):
+  def __call__(self, h, mask, key, deterministic=True):
     """``(B, L, D) -> (B, L, D)`` and each inner layer's output, stacked ``(inner, B, L, D)``."""
     keys = common.split_key(key, len(self.albert_layers))
     inner = []
     for layer, k in zip(self.albert_layers, keys):
-      h = layer(h, bias, k, deterministic)
+      h = layer(h, mask, k, deterministic)
       inner.append(h)
     return h, jnp.stack(inner)
 
@@ -91,13 +94,13 @@ class AlbertTransformer(nnx.Module):
                                          for _ in range(cfg.num_hidden_groups)])
     self.config = cfg
 
-  def __call__(self, h, bias, key, *, deterministic, collect):
+  def __call__(self, h, mask, key, *, deterministic, collect):
     """``(B, L, E)`` embeddings -> ``(last (B, L, D), (mapped input, each step's output) | None)``.
 
     Like transformers, one "hidden state" is recorded per inner layer application
     (``num_hidden_layers * inner_group_num`` of them after the mapped input)."""
     cfg = self.config
-    h = self.embedding_hidden_mapping_in(h)
+    h = constrain(self.embedding_hidden_mapping_in(h), BLD)
     first = h
     n, groups = cfg.num_hidden_layers, cfg.num_hidden_groups
     per_group = n // groups
@@ -106,24 +109,24 @@ class AlbertTransformer(nnx.Module):
     for g, group in enumerate(self.albert_layer_groups):
       group_keys = None if keys is None else keys[g * per_group:(g + 1) * per_group]
       if cfg.scan_layers:
-        h, step_outs = self._scan_group(group, h, bias, group_keys, deterministic, collect,
+        h, step_outs = self._scan_group(group, h, mask, group_keys, deterministic, collect,
                                         per_group)
         outs.extend(step_outs)
       else:
         for r in range(per_group):
-          h, inner = self._apply(group, h, bias, None if group_keys is None else group_keys[r],
+          h, inner = self._apply(group, h, mask, None if group_keys is None else group_keys[r],
                                  deterministic)
           outs.extend(inner[i] for i in range(inner.shape[0]))
     return h, ((first,) + tuple(outs) if collect else None)
 
-  def _apply(self, group, h, bias, key, deterministic):
-    fn = lambda g, x, k: g(x, bias, k, deterministic)
-    if self.config.remat:
-      fn = nnx.remat(fn)
+  def _apply(self, group, h, mask, key, deterministic):
+    fn = lambda g, x, k: g(x, mask, k, deterministic)
+    if self.config.remat != "none":
+      fn = nnx.remat(fn, policy=remat_policy(self.config.remat))
     return fn(group, h, key)
 
-  def _scan_group(self, group, h, bias, keys, deterministic, collect, steps):
-    apply = lambda g, x, k: self._apply(g, x, bias, k, deterministic)
+  def _scan_group(self, group, h, mask, keys, deterministic, collect, steps):
+    apply = lambda g, x, k: self._apply(g, x, mask, k, deterministic)
     if keys is None:
       @nnx.scan(in_axes=(None, nnx.Carry), out_axes=(nnx.Carry, 0), length=steps)
       def body(g, x):
@@ -171,8 +174,8 @@ class AlbertModel(nnx.Module):
     k_emb, k_layers = common.split_key(self.dropout_keys(deterministic), 2)
     e = self.embeddings(input_ids, token_type_ids, position_ids, extra_embeddings,
                         key=k_emb, deterministic=deterministic)
-    bias = attn_lib.attention_bias(attention_mask)
-    last, hidden_states = self.encoder(e, bias, k_layers, deterministic=deterministic,
+    mask = attn_lib.key_mask(attention_mask)
+    last, hidden_states = self.encoder(e, mask, k_layers, deterministic=deterministic,
                                        collect=output_hidden_states)
     pooled = jnp.tanh(self.pooler(last[:, 0]))
     return base.EncoderOutput(last, pooled, hidden_states)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from poi_jax.layers import common
-from poi_jax.models.encoders.config import EncoderConfig
+from poi_jax.models.encoders.config import EncoderConfig, remat_policy
 
 
 @jax.tree_util.register_dataclass
@@ -43,13 +43,13 @@ def create_stacked_layers(make_layer: Callable[[nnx.Rngs], nnx.Module], n: int,
   return create(rngs)
 
 
-def run_layers(layers, hidden: jax.Array, bias: jax.Array, key, *, cfg: EncoderConfig,
+def run_layers(layers, hidden: jax.Array, mask: jax.Array, key, *, cfg: EncoderConfig,
                deterministic: bool, stacked: bool, collect: bool):
-  """Applies a stack of layers ``layer(h, bias, key, deterministic) -> h``.
+  """Applies a stack of layers ``layer(h, mask, key, deterministic) -> h``.
 
   Args:
     layers: an ``nnx.List`` of layers, or one module with stacked parameters when ``stacked``.
-    hidden: ``(B, L, D)``; bias: additive attention bias ``(B, 1, 1, L)``.
+    hidden: ``(B, L, D)``; mask: boolean key mask ``(B, 1, 1, L)``.
   Returns:
     ``(last (B, L, D), per-layer outputs tuple or None)``.
   """
@@ -57,10 +57,10 @@ def run_layers(layers, hidden: jax.Array, bias: jax.Array, key, *, cfg: EncoderC
   keys = None if (deterministic or key is None) else jax.random.split(key, n)
 
   def apply(layer, h, k):
-    return layer(h, bias, k, deterministic=deterministic)
+    return layer(h, mask, k, deterministic=deterministic)
 
-  if cfg.remat:
-    apply = nnx.remat(apply)
+  if cfg.remat != "none":
+    apply = nnx.remat(apply, policy=remat_policy(cfg.remat))
 
   if not stacked:
     outs = []

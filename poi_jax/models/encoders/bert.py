@@ -15,6 +15,7 @@ from flax import nnx
 from poi_jax.layers import attention as attn_lib
 from poi_jax.layers import common
 from poi_jax.layers.embeddings import Embeddings, roberta_position_ids
+from poi_jax.layers.sharding import BLD, BLH, BLM, constrain
 from poi_jax.models.encoders import base
 from poi_jax.models.encoders.config import EncoderConfig
 
@@ -28,11 +29,14 @@ class BertSelfAttention(nnx.Module):
     self.value = common.dense(d, d, ("embed", "heads"), init_std=std, dtype=dtype, rngs=rngs)
     self.num_heads = cfg.num_attention_heads
     self.dropout_rate = cfg.attention_probs_dropout_prob
+    self.implementation = cfg.attention
 
-  def __call__(self, h, bias, key, deterministic):
-    drop = lambda p: common.dropout(p, self.dropout_rate, key, deterministic)
-    return attn_lib.dot_product_attention(self.query(h), self.key(h), self.value(h), bias,
-                                          num_heads=self.num_heads, dropout_fn=drop)
+  def __call__(self, h, mask, key, deterministic):
+    q, k, v = (constrain(p(h), BLH) for p in (self.query, self.key, self.value))
+    ctx = attn_lib.dot_product_attention(
+        q, k, v, mask, num_heads=self.num_heads, implementation=self.implementation,
+        dropout_rate=self.dropout_rate, key=key, deterministic=deterministic)
+    return constrain(ctx, BLH)
 
 
 class BertSelfOutput(nnx.Module):
@@ -46,7 +50,7 @@ class BertSelfOutput(nnx.Module):
 
   def __call__(self, x, residual, key, deterministic):
     x = common.dropout(self.dense(x), self.dropout_rate, key, deterministic)
-    return self.LayerNorm(x + residual)
+    return constrain(self.LayerNorm(x + residual), BLD)
 
 
 class BertAttention(nnx.Module):
@@ -55,9 +59,9 @@ class BertAttention(nnx.Module):
     self.self = BertSelfAttention(cfg, dtype, rngs)
     self.output = BertSelfOutput(cfg, cfg.hidden_size, "heads", dtype, rngs)
 
-  def __call__(self, h, bias, key, deterministic):
+  def __call__(self, h, mask, key, deterministic):
     k1, k2 = common.split_key(key, 2)
-    return self.output(self.self(h, bias, k1, deterministic), h, k2, deterministic)
+    return self.output(self.self(h, mask, k1, deterministic), h, k2, deterministic)
 
 
 class BertIntermediate(nnx.Module):
@@ -68,7 +72,7 @@ class BertIntermediate(nnx.Module):
     self.act = common.activation(cfg.hidden_act)
 
   def __call__(self, h):
-    return self.act(self.dense(h))
+    return constrain(self.act(self.dense(h)), BLM)
 
 
 class BertLayer(nnx.Module):
@@ -79,9 +83,9 @@ class BertLayer(nnx.Module):
     self.intermediate = BertIntermediate(cfg, dtype, rngs)
     self.output = BertSelfOutput(cfg, cfg.intermediate_size, "mlp", dtype, rngs)
 
-  def __call__(self, h, bias, key, deterministic: bool = True):
+  def __call__(self, h, mask, key, deterministic: bool = True):
     k1, k2 = common.split_key(key, 2)
-    a = self.attention(h, bias, k1, deterministic)
+    a = self.attention(h, mask, k1, deterministic)
     return self.output(self.intermediate(a), a, k2, deterministic)
 
 
@@ -141,8 +145,8 @@ class BertModel(nnx.Module):
     k_emb, k_layers = common.split_key(self.dropout_keys(deterministic), 2)
     h = self.embeddings(input_ids, token_type_ids, position_ids, extra_embeddings,
                         key=k_emb, deterministic=deterministic)
-    bias = attn_lib.attention_bias(attention_mask)
-    last, outs = base.run_layers(self.encoder.layer, h, bias, k_layers, cfg=self.config,
+    mask = attn_lib.key_mask(attention_mask)
+    last, outs = base.run_layers(self.encoder.layer, h, mask, k_layers, cfg=self.config,
                                  deterministic=deterministic, stacked=self.config.scan_layers,
                                  collect=output_hidden_states)
     hidden_states = ((h,) + outs) if output_hidden_states else None

@@ -16,6 +16,25 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# ``model.remat``: what each layer keeps for the backward pass (`jax.checkpoint_policies`).
+# none: everything (no recomputation); full: only the layer input (recompute the whole layer);
+# dots_saveable: matmul outputs (recompute elementwise ops only); dots_with_no_batch_dims_saveable:
+# the projections' outputs but not the attention score matmuls (whose size grows with L^2).
+REMAT_POLICIES = {
+    "none": None,
+    "full": "nothing_saveable",
+    "dots_saveable": "dots_saveable",
+    "dots_with_no_batch_dims_saveable": "dots_with_no_batch_dims_saveable",
+}
+
+
+def remat_policy(name: str):
+  """The `jax.checkpoint` policy of a `REMAT_POLICIES` name (None for ``none``)."""
+  import jax
+  attr = REMAT_POLICIES[name]
+  return None if attr is None else getattr(jax.checkpoint_policies, attr)
+
+
 @dataclasses.dataclass
 class EncoderConfig:
   """Architecture of a BERT-family encoder (HF ``config.json`` names) and how to run it.
@@ -42,8 +61,9 @@ class EncoderConfig:
   initializer_range: float = 0.02
   # Runtime options (not part of the checkpoint).
   dtype: str = "float32"
-  remat: bool = False
+  remat: str | bool = "none"  # a key of REMAT_POLICIES (old booleans: True = full, False = none)
   scan_layers: bool = False
+  attention: str = "auto"  # auto | xla | cudnn (`poi_jax.layers.attention`)
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -60,6 +80,16 @@ class EncoderConfig:
     if self.model_type == "albert" and self.num_hidden_layers % self.num_hidden_groups:
       raise ValueError(f"num_hidden_layers {self.num_hidden_layers} is not a multiple of "
                        f"num_hidden_groups {self.num_hidden_groups}")
+    # Configs before remat policies said True/False (also as "True"/"False" on a command line).
+    if isinstance(self.remat, str) and self.remat.lower() in ("true", "false"):
+      self.remat = self.remat.lower() == "true"
+    if isinstance(self.remat, bool) or self.remat is None:
+      self.remat = "full" if self.remat else "none"
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"remat must be one of {sorted(REMAT_POLICIES)} (or a boolean), got "
+                       f"{self.remat!r}")
+    if self.attention not in ("auto", "xla", "cudnn"):
+      raise ValueError(f"attention must be auto, xla or cudnn, got {self.attention!r}")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
 
@@ -101,7 +131,7 @@ class EncoderConfig:
   def to_hf(self) -> dict:
     """The ``config.json`` dict transformers' ``AutoConfig`` reads back."""
     d = dataclasses.asdict(self)
-    for k in ("dtype", "remat", "scan_layers"):
+    for k in ("dtype", "remat", "scan_layers", "attention"):
       d.pop(k)
     if self.model_type != "albert":
       d.pop("embedding_size")

@@ -220,15 +220,16 @@ def load_tokenizer(ckpt_dir: str):
     return None
 
 
-def load_pretrained(name_or_path: str, *, dtype: str = "float32", remat: bool = False,
-                    scan_layers: bool = False, seed: int = 0):
+def load_pretrained(name_or_path: str, *, dtype: str = "float32", remat: str | bool = "none",
+                    scan_layers: bool = False, attention: str = "auto", seed: int = 0):
   """``(encoder, tokenizer, report)`` for a HF checkpoint dir, ``"minilm"`` or a hub name.
 
   The model type comes from ``config.json``; every checkpoint tensor is used or reported unused,
   every Flax parameter loaded or reported newly initialised (``report``, also logged).
   """
   ckpt_dir = resolve_checkpoint(name_or_path)
-  cfg = read_config(ckpt_dir, dtype=dtype, remat=remat, scan_layers=scan_layers)
+  cfg = read_config(ckpt_dir, dtype=dtype, remat=remat, scan_layers=scan_layers,
+                    attention=attention)
   source, sd = read_state_dict(ckpt_dir)  # read (and validate) before building
   encoder = build_encoder(cfg, rngs=nnx.Rngs(seed))
   report = load_state_dict_into(encoder, sd, source)
