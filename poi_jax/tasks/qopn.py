@@ -92,7 +92,8 @@ def build_model(config, rngs):
   q = m.qopn
   return qopn.QopnForQuestionAnswering(
       build.encoder_config(config), num_blocks=q.num_blocks, num_heads=q.num_heads,
-      block_style=q.block_style, question_window=question_window(config),
+      block_style=q.block_style, output_projection=q.output_projection,
+      question_window=question_window(config),
       scan_blocks=q.scan_blocks, use_qoii=q.use_qoii, use_gbif=q.use_gbif, use_qgip=q.use_qgip,
       dropout=q.dropout, rngs=rngs)
 
