@@ -29,7 +29,7 @@ from poi_jax.data import pos as pos_lib
 from poi_jax.data.records import SquadExample
 
 # Bump when the features this module builds change (the cache key includes it).
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3  # 3: data.pos_lowercase (cased POS tags by default)
 POS_ALIGNMENTS = ("offsets", "original")
 
 
@@ -57,6 +57,7 @@ def _word_spans(text: str, word_tags) -> tuple[list[int], list[tuple[int, int, s
     candidates = [word] + ({"``": ['"', "''"], "''": ['"', "``"]}.get(word, []))
     found = -1
     for c in candidates:
+      c = c.lower()  # the words are cased unless data.pos_lowercase
       found = low.find(c, pos)
       if found >= 0:
         spans.append((found, found + len(c), tag, k))
@@ -126,6 +127,9 @@ def original_ids(tokenizer, token_ids, word_tags, past_end: list, record_id: str
   subtokens = tokenizer.convert_ids_to_tokens(list(token_ids))
   if not word_tags:
     return [pos_lib.OTHER_ID] * len(subtokens)
+  # The released code matches sub-tokens against the words of the lowercased text: cased tags
+  # (data.pos_lowercase=False) are matched by their lowercased words, so only the tags change.
+  word_tags = [(w.lower(), t) for w, t in word_tags]
   try:
     return pos_lib.align_original(subtokens, word_tags)
   except IndexError:
@@ -146,11 +150,14 @@ def _window_start(full_offsets, window_offsets, guess: int) -> int:
 
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
                               doc_stride: int, max_query_length: int, is_training: bool,
-                              with_pos: bool = True, pos_alignment: str = "offsets") -> Features:
+                              with_pos: bool = True, pos_alignment: str = "offsets",
+                              pos_lowercase: bool = False) -> Features:
   """Windows of every example; training drops answers whose text does not match the context at
   ``answer_start`` (counted in ``meta["skipped_mismatch"]``, as the original pipeline skips
   them).
 
+  ``pos_lowercase``: tag the lowercased text (the released pipeline) instead of the cased text
+  (`poi_jax.data.pos`).
   ``pos_alignment``: ``offsets`` (each sub-token takes the tag of the NLTK word covering it) or
   ``original`` (`pos.align_original` over the question's and the whole context's sub-tokens,
   then cut into the windows; ``meta["pos_original_past_end"]`` lists the ``qid:field`` where
@@ -182,8 +189,8 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
       # The whole question is tagged (as the released code does): cutting it first would change
       # the tagger's context for its last words. The kept question is a prefix of it, so the
       # offsets index both.
-      q_tags = pos_lib.tag_words(ex.question)
-      c_tags = pos_lib.tag_words(ex.context)
+      q_tags = pos_lib.tag_words(ex.question, lowercase=pos_lowercase)
+      c_tags = pos_lib.tag_words(ex.context, lowercase=pos_lowercase)
       if pos_alignment == "original":
         q_orig = None
         full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
