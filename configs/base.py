@@ -67,6 +67,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.duma.fuse = "concat"  # concat | sum | mul
   c.model.duma.direction = "both"  # both | p2q | q2p
   c.model.duma.block = "attention"  # attention | transformer (TB-DUMA)
+  # W^O of eq. (1); None: the variant's (paper: yes, released: no); False: Table 9's +3(D^2+D)
+  c.model.duma.output_projection = ml_collections.config_dict.placeholder(bool)
 
   # ---- data -------------------------------------------------------------------------------
   c.data = ml_collections.ConfigDict()

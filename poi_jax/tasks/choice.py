@@ -75,7 +75,7 @@ def build_model(config, rngs):
     return duma.DumaForMultipleChoice(
         enc_cfg, variant=d.variant, num_layers=d.num_layers, share_layers=d.share_layers,
         num_heads=d.num_heads, fuse=d.fuse, direction=d.direction, block=d.block,
-        pos_embedding=m.pos_embedding, rngs=rngs)
+        output_projection=d.output_projection, pos_embedding=m.pos_embedding, rngs=rngs)
   raise ValueError(f"unknown model.head={m.head!r} for task {config.task!r} "
                    f"(known: poi, duma, none)")
 
