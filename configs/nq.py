@@ -4,7 +4,11 @@ Variants:
 
 * (none) / ``paper``: BERT-large uncased (``model.init_from``, hub), Model-III (2 graph layers),
   lr 2e-5, 2 epochs, batch 32, max length 512, stride 128, question 64, nulls kept with
-  probability 0.03, graph capacities 512/128/64.
+  probability 0.03, graph capacities 512/128/64. NOTE: the paper starts from a BERT-large
+  *fine-tuned on SQuAD 2.0* (its §4.2; "BERT-syn" is Google's SQuAD 2.0 model); this config starts
+  from the plain pre-trained ``bert-large-uncased``, the closest hub checkpoint with the same
+  architecture, so expect lower scores than the paper's. Pass a SQuAD 2.0 fine-tuned BERT-large
+  (e.g. one trained with ``configs/squad2.py`` and exported) as ``--config.model.init_from``.
 * ``tiny``: the small random ALBERT of `configs/base.py`, max length 128, 1 graph layer, small
   graph capacities: CPU tests and smoke runs (pass ``--config.data.train_file``/``eval_file``).
 * ``minilm``: the real all-MiniLM-L6-v2 encoder (offline), 2 graph layers, max length 256.
@@ -46,6 +50,8 @@ def get_config(arg=None):
   c.task = "nq"
   c.model.head = "graph"
   c.model.pos_embedding = False
+  # The paper fine-tunes from a SQuAD 2.0 fine-tuned BERT-large; this is the plain pre-trained
+  # one (module docstring, docs/nq.md).
   c.model.init_from = "google-bert/bert-large-uncased"
   c.model.graph = _graph()
   c.data.nq = _nq_data()
