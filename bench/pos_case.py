@@ -12,14 +12,14 @@ same words); then the same at the model's input: the sub-token tag ids of the ex
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import os
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: configs/ and poi_jax/ from this checkout
+
+from bench.pos_alignment import squad_args  # noqa: E402 (after the path set-up)
 
 PROPER = ("NNP", "NNPS")
 
@@ -46,13 +46,7 @@ def word_table(texts, tag_words) -> str:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--squad",
-                      default=str(ROOT.parent / "shared/data/squad2/squad2-dev-subset.json"))
-  parser.add_argument("--tokenizer", default="minilm",
-                      help="minilm, a HuggingFace tokenizer directory or hub name")
-  args = parser.parse_args()
-  os.environ.setdefault("NLTK_DATA", str(ROOT.parent / "shared/data/nltk_data"))
+  args = squad_args(__doc__.splitlines()[0])
   import numpy as np
   from transformers.utils import logging as hf_logging
 

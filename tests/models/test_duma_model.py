@@ -25,10 +25,9 @@ def _batch(rng, b=2, c=2, l=16):
               p_end=p_end, q_start=p_end + 2, q_end=q_end, labels=np.array([1, 0]))
 
 
-def test_model_matches_pytorch_assembly(tmp_path):
-  model = duma_model.DumaForMultipleChoice(encoders.EncoderConfig(**CFG), rngs=nnx.Rngs(0))
-  batch = _batch(np.random.default_rng(0))
-  out = model({k: jnp.asarray(v) for k, v in batch.items()})
+def _torch_logits(model, batch, tmp_path):
+  """The PyTorch assembly: transformers' BERT with the Flax encoder's weights (through the
+  exporter), the DUMA reference and the classifier -> logits ``(2, 2)``."""
   encoders.export_pretrained(model.encoder, str(tmp_path))
   pt = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
   flat = lambda x: torch.tensor(x.reshape(4, -1))
@@ -38,10 +37,17 @@ def test_model_matches_pytorch_assembly(tmp_path):
     ref = duma_torch.TorchDuma.from_flax(model.duma, 16, 4, 2, True, "concat", "both",
                                          "attention")
     bounds = np.stack([batch[k].reshape(-1) for k in ("p_end", "q_start", "q_end")], -1)
-    fused = ref(h, bounds)
     w = torch.tensor(np.asarray(model.classifier_2.kernel.get_value()))
-    logits = (fused @ w + torch.tensor(np.asarray(model.classifier_2.bias.get_value())))
-  np.testing.assert_allclose(np.asarray(out["logits"]), logits.reshape(2, 2).numpy(), atol=1e-5)
+    logits = ref(h, bounds) @ w + torch.tensor(np.asarray(model.classifier_2.bias.get_value()))
+  return logits.reshape(2, 2).numpy()
+
+
+def test_model_matches_pytorch_assembly(tmp_path):
+  model = duma_model.DumaForMultipleChoice(encoders.EncoderConfig(**CFG), rngs=nnx.Rngs(0))
+  batch = _batch(np.random.default_rng(0))
+  out = model({k: jnp.asarray(v) for k, v in batch.items()})
+  np.testing.assert_allclose(np.asarray(out["logits"]), _torch_logits(model, batch, tmp_path),
+                             atol=1e-5)
 
 
 ALBERT_BASE = dict(model_type="albert", vocab_size=30000, embedding_size=128, hidden_size=768,
@@ -76,18 +82,8 @@ def test_model_without_output_projection_matches_pytorch(tmp_path):
   assert model.duma.attention.output is None
   batch = _batch(np.random.default_rng(1))
   out = model({k: jnp.asarray(v) for k, v in batch.items()})
-  encoders.export_pretrained(model.encoder, str(tmp_path))
-  pt = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
-  flat = lambda x: torch.tensor(x.reshape(4, -1))
-  with torch.no_grad():
-    h = pt(input_ids=flat(batch["input_ids"]), attention_mask=flat(batch["attention_mask"])
-           ).last_hidden_state
-    ref = duma_torch.TorchDuma.from_flax(model.duma, 16, 4, 2, True, "concat", "both",
-                                         "attention")
-    bounds = np.stack([batch[k].reshape(-1) for k in ("p_end", "q_start", "q_end")], -1)
-    w = torch.tensor(np.asarray(model.classifier_2.kernel.get_value()))
-    logits = ref(h, bounds) @ w + torch.tensor(np.asarray(model.classifier_2.bias.get_value()))
-  np.testing.assert_allclose(np.asarray(out["logits"]), logits.reshape(2, 2).numpy(), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(out["logits"]), _torch_logits(model, batch, tmp_path),
+                             atol=1e-5)
 
 
 def test_released_variant_refuses_an_output_projection():
