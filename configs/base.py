@@ -58,6 +58,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.coattention.turns = 3
   c.model.coattention.strategy = "forgetting"  # forgetting | average | weighted | intuition
   c.model.coattention.nan_guard = True
+  # SQuAD 2.0 null logits ([CLS]) from: coattention (R, the paper; 0 when [CLS] scores 0) |
+  # encoder (H at [CLS]); poi_jax/models/poi_net.py
+  c.model.coattention.null_from = "coattention"
   # DUMA dual multi-head co-attention.
   c.model.duma = ml_collections.ConfigDict()
   c.model.duma.variant = "paper"  # paper | released

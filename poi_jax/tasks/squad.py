@@ -79,7 +79,7 @@ def build_model(config, rngs):
   if m.head == "poi":
     return cls(enc_cfg, coattention=m.coattention.variant, turns=m.coattention.turns,
                strategy=m.coattention.strategy, nan_guard=m.coattention.nan_guard,
-               pos_embedding=m.pos_embedding, rngs=rngs)
+               null_from=m.coattention.null_from, pos_embedding=m.pos_embedding, rngs=rngs)
   if m.head == "none":
     return cls(enc_cfg, coattention="none", pos_embedding=False, rngs=rngs)
   raise ValueError(f"model.head={m.head!r} is not an extractive head for task {config.task!r} "
