@@ -1,5 +1,6 @@
 r"""How much of the spread of the rows across positions survives 1..N QOPN reasoning blocks at
-initialisation, per block style (the measurement behind the default ``paper_residual``; docs/qopn.md).
+initialisation, per block style (the measurement behind the default ``paper_residual``;
+docs/qopn.md).
 
   python bench/qopn_init_spread.py                    # MiniLM width: D=384, 12 heads, std 0.02
   python bench/qopn_init_spread.py --dim=64 --heads=4
@@ -44,7 +45,8 @@ def main(argv=None):
   inputs = [jnp.asarray(x) for x in (h, att, qr, seg)]
   base = U.position_spread(h, att, qr)
   print(f"D={args.dim} heads={args.heads} init std {args.init_std}: spread after n blocks / input")
-  print(f"{'style':>15} {'W^O':>5} " + " ".join(f"{f'n={n}':>9}" for n in range(1, args.blocks + 1)))
+  cols = " ".join(f"{f'n={n}':>9}" for n in range(1, args.blocks + 1))
+  print(f"{'style':>15} {'W^O':>5} {cols}")
   for style, w_o in STYLES:
     row = []
     for n in range(1, args.blocks + 1):
