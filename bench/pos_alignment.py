@@ -18,14 +18,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: configs/ and poi_jax/ from this checkout
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def squad_args(description: str) -> argparse.Namespace:
+  """``--squad`` and ``--tokenizer`` (shared by the POS benchmarks); sets NLTK_DATA to
+  ../shared/data/nltk_data unless set."""
+  parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--squad",
                       default=str(ROOT.parent / "shared/data/squad2/squad2-dev-subset.json"))
   parser.add_argument("--tokenizer", default="minilm",
                       help="minilm, a HuggingFace tokenizer directory or hub name")
   args = parser.parse_args()
   os.environ.setdefault("NLTK_DATA", str(ROOT.parent / "shared/data/nltk_data"))
+  return args
+
+
+def main() -> None:
+  args = squad_args(__doc__.splitlines()[0])
   from transformers.utils import logging as hf_logging
 
   from poi_jax.data.pos_agreement import squad_agreement

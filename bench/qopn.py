@@ -90,7 +90,9 @@ def main(argv=None):
   p.add_argument("--seq", type=int, default=256, help="tokens per segment / window (L)")
   p.add_argument("--segments", default="1,2,4,6", help="K values")
   p.add_argument("--blocks", default="0,1,3", help="numbers of reasoning blocks")
-  p.add_argument("--style", default="paper", choices=("paper", "transformer"))
+  p.add_argument("--style", default="paper_residual",
+                 choices=("paper_residual", "paper", "transformer"))
+  p.add_argument("--output-projection", action="store_true", help="W^O after the heads")
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--steps", type=int, default=5)
   args = p.parse_args(argv)
@@ -115,6 +117,7 @@ def main(argv=None):
     row = f"{k:>3} {t_base:>10.1f} "
     for n in blocks:
       model = qopn.QopnForQuestionAnswering(cfg, num_blocks=n, block_style=args.style,
+                                            output_projection=args.output_projection,
                                             question_window=32, dropout=0.0, rngs=nnx.Rngs(0))
       t = step_time(model, qb, args.steps)
       row += f"{t:>12.1f} {t / t_base:>5.2f} "

@@ -79,6 +79,9 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.doc_stride = 128
   c.data.max_query_length = 64
   c.data.pos_alignment = "offsets"  # offsets | original
+  # POS tags of the lowercased text (the released pipeline, its fixture) instead of the cased
+  # text; lowercasing hides proper nouns (NNP) from NLTK's tagger (poi_jax/data/pos.py)
+  c.data.pos_lowercase = False
   c.data.num_workers = 2
   c.data.cache_dir = ""  # feature cache; empty: <workdir>/cache ("none": no cache)
   c.data.max_train_examples = -1  # < 0: all

@@ -12,13 +12,17 @@ constructor parameter; adding one needs no change in the task.
 import ml_collections
 
 
-def coattention() -> ml_collections.ConfigDict:
-  """POI-Net's co-attention (paper §2.2-2.3)."""
+def coattention(*, extractive: bool) -> ml_collections.ConfigDict:
+  """POI-Net's co-attention (paper §2.2-2.3); ``extractive``: with the QA head's ``null_from``."""
   c = ml_collections.ConfigDict()
   c.variant = "paper"  # paper | released | none
   c.turns = 3
   c.strategy = "forgetting"  # forgetting | average | weighted | intuition
   c.nan_guard = True  # released: no 0/0 NaN on a 2-token domain (SPEC.md §1)
+  if extractive:
+    # SQuAD 2.0 null logits ([CLS]) from: coattention (R, the paper; 0 when [CLS] scores 0) |
+    # encoder (H at [CLS]); poi_jax/models/poi_net.py
+    c.null_from = "coattention"
   return c
 
 
@@ -32,14 +36,17 @@ def duma() -> ml_collections.ConfigDict:
   d.fuse = "concat"  # concat | sum | mul
   d.direction = "both"  # both | p2q | q2p
   d.block = "attention"  # attention | transformer (TB-DUMA)
+  # W^O of eq. (1); None: the variant's (paper: yes, released: no); False: Table 9's +3(D^2+D)
+  d.output_projection = ml_collections.config_dict.placeholder(bool)
   return d
 
 
-def add_poi_net(c: ml_collections.ConfigDict) -> None:
-  """POI-Net as the head (POS embedding on) with its ``coattention`` section."""
+def add_poi_net(c: ml_collections.ConfigDict, *, extractive: bool) -> None:
+  """POI-Net as the head (POS embedding on) with its ``coattention`` section (``extractive``:
+  the QA model's, with ``null_from``; else the multiple-choice model's)."""
   c.model.head = "poi"  # poi | none (the plain encoder) [| duma: multiple choice]
   c.model.pos_embedding = True  # POI-Net's POS embedding (off: the Table 4 ablation)
-  c.model.coattention = coattention()
+  c.model.coattention = coattention(extractive=extractive)
 
 
 def add_duma(c: ml_collections.ConfigDict) -> None:

@@ -7,7 +7,10 @@ Variants:
   32 as 2 x 16 accumulation) with the DR (Exp) heads of Table 2 in modeling blocks 1, 3, 5.
 * ``tiny``: a small QANet (hidden 32, 4 heads, hashed random word vectors), offline views
   (sentences + lexicon connectives), a few steps: CPU tests and smoke runs.
-* ``minilm``: DASSA layers (masked mode) on the real all-MiniLM-L6-v2 encoder (offline).
+* ``minilm``: DASSA layers on the real all-MiniLM-L6-v2 encoder (offline).
+
+Every variant runs DASSA in ``masked`` mode (padding never attended); ``model.dassa.mode=released``
+is the original code's attention to padding, kept for parity with its fixture.
 
 ``model.dassa.heads`` takes a Table 2 preset (``baseline``, ``dr_exp``, ``dr_all``, ``srl``,
 ``coref``, ``srl_dr_all_coref``, ... ``offline``) or ``"srl:3,dr_exp:2"``. Data: a directory
@@ -26,7 +29,9 @@ from configs import base
 def _dassa() -> ml_collections.ConfigDict:
   d = ml_collections.ConfigDict()
   d.heads = "dr_exp"  # Table 2 preset or "view:count,..." (poi_jax.data.features.views)
-  d.mode = "released"  # released (the original) | masked (padding keys masked)
+  # masked (padding keys masked: outputs do not depend on the split's padded length, 800 vs
+  # 1,200) | released (the original attends padding; kept for fixture parity)
+  d.mode = "masked"
   d.semantic_emb_dim = 16
   d.num_semantic_labels = -1  # <= 0: the view vocabulary + one default label per head
   d.replace_zero_labels = True  # label/scope 0 of head h -> N - H + h (the original)
@@ -95,7 +100,6 @@ def _minilm(c):
   c.model.head = "encoder_dassa"
   c.model.tokenizer = ""
   c.model.dassa.heads = "offline"
-  c.model.dassa.mode = "masked"
   c.optim.accum_steps = 1
   c.optim.warmup_ratio = 0.1
   c.optim.grad_clip = 1.0

@@ -11,7 +11,8 @@ Variants:
   tests and smoke runs).
 
 ``model.qopn``: ``num_blocks``, ``num_heads`` (< 0: the encoder's), ``block_style``
-(paper | transformer), ``scan_blocks``, the Table 4 ablations ``use_qoii`` / ``use_gbif`` /
+(paper_residual, the default | paper, eq. 2-3 literally, which does not train | transformer),
+``output_projection`` (W^O; eq. 3 has none), ``scan_blocks``, the Table 4 ablations ``use_qoii`` / ``use_gbif`` /
 ``use_qgip``, ``dropout`` (< 0: the encoder's). ``data.qopn``: ``max_segments``, the NewsQA
 ``train_split`` / ``eval_split`` (the stories' ``type``). Usage::
 
@@ -29,7 +30,10 @@ def qopn_model() -> ml_collections.ConfigDict:
   q = ml_collections.ConfigDict()
   q.num_blocks = 3
   q.num_heads = -1  # < 0: the encoder's number of heads
-  q.block_style = "paper"  # paper (MHA, no residual) | transformer (+ residual, LayerNorm, FFN)
+  # paper_residual (eq. 2-3 + residual + LayerNorm) | paper (eq. 2-3 literally: no residual, the
+  # stack collapses and does not train; docs/qopn.md) | transformer (+ residual, LayerNorm, FFN)
+  q.block_style = "paper_residual"
+  q.output_projection = False  # W^O after the heads (eq. 3 has none)
   q.scan_blocks = True  # stacked block weights under nnx.scan
   q.use_qoii = True  # False: -QOII ([CLS] rows only)
   q.use_gbif = True  # False: -GBIF (R~ = R^)

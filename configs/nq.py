@@ -3,8 +3,12 @@
 Variants:
 
 * (none) / ``paper``: BERT-large uncased (``model.init_from``, hub), Model-III (2 graph layers),
-  lr 2e-5, 2 epochs, batch 32, max length 512, stride 128, question 64, nulls kept with
-  probability 0.03, graph capacities 512/128/64.
+  lr 2e-5, 2 epochs, batch 32, max length 512, window step 128, question 64, nulls kept with
+  probability 0.03, graph capacities 512/128/64. NOTE: the paper starts from a BERT-large
+  *fine-tuned on SQuAD 2.0* (its §4.2; "BERT-syn" is Google's SQuAD 2.0 model); this config starts
+  from the plain pre-trained ``bert-large-uncased``, the closest hub checkpoint with the same
+  architecture, so expect lower scores than the paper's. Pass a SQuAD 2.0 fine-tuned BERT-large
+  (e.g. one trained with ``configs/squad2.py`` and exported) as ``--config.model.init_from``.
 * ``tiny``: the small random ALBERT of `configs/base.py`, max length 128, 1 graph layer, small
   graph capacities: CPU tests and smoke runs (pass ``--config.data.train_file``/``eval_file``).
 * ``minilm``: the real all-MiniLM-L6-v2 encoder (offline), 2 graph layers, max length 256.
@@ -34,6 +38,9 @@ def _graph() -> ml_collections.ConfigDict:
 
 def _nq_data() -> ml_collections.ConfigDict:
   n = ml_collections.ConfigDict()
+  # Sub-tokens between window starts (the original's doc_stride, a step); data.doc_stride (the
+  # SQuAD features' overlap) does not exist in this config, so it cannot be set by mistake.
+  n.window_step = 128
   n.include_unknowns = 0.03  # probability of keeping a null training window
   n.max_position = 50  # candidate markers [unusedK]: per-kind counts clip at this
   n.long_non_null_threshold = 2  # the official nq_eval's votes for "gold has an answer"
@@ -44,7 +51,7 @@ def _nq_data() -> ml_collections.ConfigDict:
 def _tiny(c):
   base.apply_tiny(c)
   c.data.max_seq_length = 128
-  c.data.doc_stride = 64
+  c.data.nq.window_step = 64
   c.data.max_query_length = 24
   c.model.graph.num_layers = 1
   c.model.graph.max_sentences = 32
@@ -59,7 +66,7 @@ def _tiny(c):
 def _minilm(c):
   base.apply_minilm(c)
   c.data.max_seq_length = 256
-  c.data.doc_stride = 128
+  c.data.nq.window_step = 128
   c.data.max_query_length = 32
   c.model.graph.max_sentences = 64
   c.model.graph.max_paragraphs = 32
@@ -76,11 +83,12 @@ def get_config(arg=None):
   c.task = "nq"
   c.model.head = "graph"
   c.model.pos_embedding = False
+  # The paper fine-tunes from a SQuAD 2.0 fine-tuned BERT-large; this is the plain pre-trained
+  # one (module docstring, docs/nq.md).
   c.model.init_from = "google-bert/bert-large-uncased"
   c.model.graph = _graph()
   c.data.nq = _nq_data()
   c.data.max_seq_length = 512
-  c.data.doc_stride = 128
   c.data.max_query_length = 64
   c.optim.lr = 2e-5
   c.optim.warmup_ratio = 0.1
@@ -89,5 +97,8 @@ def get_config(arg=None):
   c.train.save_every = 4000
   c.eval.max_answer_length = 30
   base.apply_variants(c, arg, VARIANTS)
+  # NQ windows advance by data.nq.window_step (a step); the base's (and the variants')
+  # data.doc_stride is the SQuAD features' overlap: removed so that no one sets it for NQ.
+  del c.data["doc_stride"]
   c.lock()
   return c

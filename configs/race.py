@@ -24,7 +24,7 @@ VARIANTS = base.variants("paper", "minilm", "albert_base", "albert_xxlarge", "bf
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "race"
-  heads.add_poi_net(c)  # model.head: poi | duma | none
+  heads.add_poi_net(c, extractive=False)  # model.head: poi | duma | none
   heads.add_duma(c)
   c.data.train_file = "RACE/train"  # a directory with high/ and middle/
   c.data.eval_file = "RACE/dev"

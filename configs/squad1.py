@@ -15,7 +15,7 @@ VARIANTS = base.variants("paper", "tiny", "minilm", "albert_base", "albert_xxlar
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "squad1"
-  heads.add_poi_net(c)
+  heads.add_poi_net(c, extractive=True)
   c.data.train_file = "tfds:squad/v1.1:train"
   c.data.eval_file = "tfds:squad/v1.1:validation"
   c.data.max_seq_length = 512

@@ -23,7 +23,7 @@ VARIANTS = base.variants("paper", "minilm", "albert_base", "albert_xxlarge", "bf
 def get_config(arg=None):
   c = base.get_base_config()
   c.task = "squad2"
-  heads.add_poi_net(c)
+  heads.add_poi_net(c, extractive=True)
   c.data.train_file = "tfds:squad/v2.0:train"
   c.data.eval_file = "tfds:squad/v2.0:validation"
   c.data.max_seq_length = 512

@@ -20,6 +20,17 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 
+def parity_fixtures(prefix: str) -> list[pathlib.Path]:
+  """Every golden fixture ``<prefix>*.safetensors`` of ../shared/parity, sorted: the public one
+  and any other file of the same format, so that the parity tests run on each (pair it with a
+  test that the public one is found: an empty list would make a parametrized test skip)."""
+  return sorted(PARITY.glob(f"{prefix}*.safetensors"))
+
+
+def fixture_id(path: pathlib.Path) -> str:
+  return path.name.removesuffix(".safetensors")
+
+
 def _require(path: pathlib.Path) -> pathlib.Path:
   if not path.exists():
     pytest.fail(f"{path} is missing: tests expect ../shared beside the repository", pytrace=False)

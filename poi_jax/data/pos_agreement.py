@@ -21,7 +21,9 @@ disagreeing sub-token is charged to the *cause* at the point where the two last 
   dropped or rewrote); `original` still tags it.
 * ``past_end``: the released code would fail (IndexError) here; the last word is kept.
 
-Sequences are the questions and the contexts (each context once), tokenised whole (no windows).
+Sequences are the questions and the contexts (each context once), tokenised whole (no windows),
+tagged on the lowercased text as the released pipeline does (``data.pos_lowercase=True``: the
+released alignment's substring rule compares with the lowercased words).
 """
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def _cause(subtoken: str, k_orig: int, k_off: int, words: Sequence[str]) -> str:
 
 def compare_sequence(text: str, tokenizer, word_tags=None) -> Agreement:
   """Both alignments on the sub-tokens of ``text`` (no special tokens)."""
-  word_tags = pos_lib.tag_words(text) if word_tags is None else word_tags
+  word_tags = pos_lib.tag_words(text, lowercase=True) if word_tags is None else word_tags
   enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
   subtokens = tokenizer.convert_ids_to_tokens(enc["input_ids"])
   res = Agreement(sequences=1, subtokens=len(subtokens))

@@ -15,6 +15,12 @@ Variants (``variant``):
 * ``paper`` -- equation (1): ``MHA(X, Y, Y) = Concat(head_1..head_h) W^O``; masked keys get zero
   probability and the mean pooling runs over real tokens only.
 
+The paper is inconsistent about W^O: equation (1) has it, but Table 9's "+1.8M parameters" on
+ALBERT-base (D = 768) is ``3 (D^2 + D)`` = 1.77M, Q/K/V only, as in the released code (with W^O
+it would be ``4 (D^2 + D)`` = 2.36M). ``output_projection`` chooses: by default (None) the
+variant's own, W^O in ``paper`` (the equation) and none in ``released``; ``paper`` with
+``output_projection=False`` is the paper variant with Table 9's parameter count.
+
 Stacking ``num_layers`` = k (paper: k = 2): layer i updates both sides at once,
 ``P_i = MHA(P_{i-1}, QA_{i-1})`` and ``QA_i = MHA(QA_{i-1}, P_{i-1})``; ``share_layers`` uses one
 MHA for every layer and both directions (the paper's best setting), otherwise each layer and
@@ -64,14 +70,16 @@ class CoAttention(nnx.Module):
   paper variant; TB-DUMA adds ``LayerNorm``, ``ffn``, ``ffn_output``, ``ffn_LayerNorm``)."""
 
   def __init__(self, dim: int, num_heads: int, *, variant: str, block: str, eps: float,
-               init_std: float, dtype, rngs: nnx.Rngs):
+               init_std: float, dtype, rngs: nnx.Rngs, output_projection: bool | None = None):
     if dim % num_heads:
       raise ValueError(f"hidden size {dim} is not a multiple of num_heads {num_heads}")
     mk = lambda i, o, axes: common.dense(i, o, axes, init_std=init_std, dtype=dtype, rngs=rngs)
     self.query = mk(dim, dim, ("embed", "heads"))
     self.key = mk(dim, dim, ("embed", "heads"))
     self.value = mk(dim, dim, ("embed", "heads"))
-    self.output = mk(dim, dim, ("heads", "embed")) if variant == "paper" else None
+    if output_projection is None:
+      output_projection = variant == "paper"
+    self.output = mk(dim, dim, ("heads", "embed")) if output_projection else None
     self.num_heads, self.variant, self.block = num_heads, variant, block
     if block == "transformer":
       self.LayerNorm = common.layer_norm(dim, eps, dtype=dtype, rngs=rngs)
@@ -128,8 +136,8 @@ class Duma(nnx.Module):
 
   def __init__(self, dim: int, num_heads: int, *, variant: str = "paper", num_layers: int = 2,
                share_layers: bool = True, fuse: str = "concat", direction: str = "both",
-               block: str = "attention", eps: float = 1e-12, init_std: float = 0.02,
-               dtype=jnp.float32, rngs: nnx.Rngs):
+               block: str = "attention", output_projection: bool | None = None,
+               eps: float = 1e-12, init_std: float = 0.02, dtype=jnp.float32, rngs: nnx.Rngs):
     for name, value, allowed in (("variant", variant, VARIANTS), ("fuse", fuse, FUSES),
                                  ("direction", direction, DIRECTIONS), ("block", block, BLOCKS)):
       if value not in allowed:
@@ -137,12 +145,15 @@ class Duma(nnx.Module):
     if variant == "released" and (num_layers != 1 or direction != "both" or block != "attention"
                                   or fuse != "concat"):
       raise ValueError("the released DUMA variant is one shared layer, both directions, concat")
+    if variant == "released" and output_projection:
+      raise ValueError("the released DUMA variant has no output projection W^O")
     if num_layers < 1:
       raise ValueError(f"DUMA num_layers must be >= 1, got {num_layers}")
     self.variant, self.num_layers, self.share = variant, num_layers, share_layers
     self.fuse_how, self.direction = fuse, direction
     make = lambda: CoAttention(dim, num_heads, variant=variant, block=block, eps=eps,
-                               init_std=init_std, dtype=dtype, rngs=rngs)
+                               init_std=init_std, dtype=dtype, rngs=rngs,
+                               output_projection=output_projection)
     if variant == "released":
       self.bert_att = make()  # the released state_dict name
     elif share_layers:

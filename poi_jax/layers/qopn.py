@@ -9,12 +9,26 @@ special token + the question; the same for every segment of an example), ``atten
 
 Decisions where the paper is silent (issue 9):
 
-* Multi-head attention (`QopnAttention`): query/key/value projections, ``softmax(Q K^T /
-  sqrt(d_head)) V`` per head, concatenation and an output projection, no residual
-  (``block_style="paper"``); ``block_style="transformer"`` adds ``LayerNorm(x + MHA(x))`` then a
-  residual GELU FFN (D -> 4D -> D) and LayerNorm. Masked keys get exactly zero probability
-  (``finfo.min`` before the softmax); a query whose keys are all masked (a padded segment) gets a
-  finite uniform average, which nothing downstream reads.
+* Multi-head attention (`QopnAttention`): query/key/value projections and ``softmax(Q K^T /
+  sqrt(d_head)) V`` per head, concatenated (eq. 2-3; lambda = d_head). Masked keys get exactly
+  zero probability (``finfo.min`` before the softmax); a query whose keys are all masked (a padded
+  segment) gets a finite uniform average, which nothing downstream reads. Three block styles:
+
+  - ``paper_residual`` (the default): eq. 2-3 plus a residual and LayerNorm,
+    ``LayerNorm(x + MHA(x))``, nothing else.
+  - ``paper``: eq. 2-3 literally, ``MHA(x)`` with no residual. It does not train: at
+    initialisation (std 0.02) the attention is nearly uniform, so each block replaces a row by
+    close to the mean of the rows' values and keeps ~1/300 of the spread across positions; after
+    three blocks nothing tells the positions apart (docs/qopn.md, docs/results.md). The paper's
+    Fig. 2 is nearly flat from 1 to 5 blocks (NewsQA: +0.4 F1), which a collapsing stack cannot
+    produce, so its authors' code almost certainly had a residual path: hence the default.
+    Kept as an option for the literal reading.
+  - ``transformer``: ``LayerNorm(x + MHA(x))`` then a residual GELU FFN (D -> 4D -> D) and
+    LayerNorm (a BERT layer).
+
+  ``output_projection`` adds the output projection W^O of the Transformer's multi-head attention
+  after the concatenation. Eq. 3 has none, so it is off by default (the blocks measured in
+  docs/results.md with ``transformer`` had it on).
 * QOII attends across the K segments for each question position i < 1 + M (``R_i (K, D)``), with
   padded segments masked as keys; the weights are shared over i. Rows are taken from a static
   window of ``question_window`` rows (the longest question + 1, from the config) so that shapes
@@ -44,20 +58,22 @@ from flax import nnx
 
 from poi_jax.layers import common
 
-BLOCK_STYLES = ("paper", "transformer")
+BLOCK_STYLES = ("paper_residual", "paper", "transformer")
+_RESIDUAL = ("paper_residual", "transformer")
 
 
 class QopnAttention(nnx.Module):
-  """Multi-head self-attention of the paper (eq. 2-3 + output projection).
+  """Multi-head self-attention of the paper (eq. 2-3), in one of the block styles of the module
+  docstring.
 
-  Parameters: ``query``, ``key``, ``value``, ``output`` (D -> D); with
-  ``block_style="transformer"`` also ``LayerNorm``, ``ffn`` (D -> 4D), ``ffn_output`` (4D -> D),
-  ``ffn_LayerNorm``.
+  Parameters: ``query``, ``key``, ``value`` (D -> D); ``output`` (D -> D) with
+  ``output_projection``; ``LayerNorm`` with ``paper_residual`` and ``transformer``; with
+  ``transformer`` also ``ffn`` (D -> 4D), ``ffn_output`` (4D -> D), ``ffn_LayerNorm``.
   """
 
-  def __init__(self, dim: int, num_heads: int, *, block_style: str = "paper", eps: float = 1e-12,
-               init_std: float = 0.02, dropout: float = 0.0, dtype=jnp.float32,
-               rngs: nnx.Rngs):
+  def __init__(self, dim: int, num_heads: int, *, block_style: str = "paper_residual",
+               output_projection: bool = False, eps: float = 1e-12, init_std: float = 0.02,
+               dropout: float = 0.0, dtype=jnp.float32, rngs: nnx.Rngs):
     if block_style not in BLOCK_STYLES:
       raise ValueError(f"block_style must be one of {BLOCK_STYLES}, got {block_style!r}")
     if dim % num_heads:
@@ -66,10 +82,11 @@ class QopnAttention(nnx.Module):
     self.query = mk(dim, dim, ("embed", "heads"))
     self.key = mk(dim, dim, ("embed", "heads"))
     self.value = mk(dim, dim, ("embed", "heads"))
-    self.output = mk(dim, dim, ("heads", "embed"))
+    self.output = mk(dim, dim, ("heads", "embed")) if output_projection else None
     self.num_heads, self.block_style, self.dropout = num_heads, block_style, float(dropout)
-    if block_style == "transformer":
+    if block_style in _RESIDUAL:
       self.LayerNorm = common.layer_norm(dim, eps, dtype=dtype, rngs=rngs)
+    if block_style == "transformer":
       self.ffn = mk(dim, 4 * dim, ("embed", "mlp"))
       self.ffn_output = mk(4 * dim, dim, ("mlp", "embed"))
       self.ffn_LayerNorm = common.layer_norm(dim, eps, dtype=dtype, rngs=rngs)
@@ -89,9 +106,12 @@ class QopnAttention(nnx.Module):
     scores = jnp.where(mask[:, None, None, :] > 0, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
     out = jnp.einsum("nhqk,nkhd->nqhd", probs.astype(v.dtype), v).reshape(n, t, d)
-    out = common.dropout(self.output(out), self.dropout, k1, deterministic)
-    if self.block_style == "transformer":
+    if self.output is not None:
+      out = self.output(out)
+    out = common.dropout(out, self.dropout, k1, deterministic)
+    if self.block_style in _RESIDUAL:
       out = self.LayerNorm(out + x)
+    if self.block_style == "transformer":
       ffn = self.ffn_output(jax.nn.gelu(self.ffn(out), approximate=False))
       out = self.ffn_LayerNorm(common.dropout(ffn, self.dropout, k2, deterministic) + out)
     return out
@@ -118,10 +138,12 @@ class ReasoningBlock(nnx.Module):
   """
 
   def __init__(self, dim: int, num_heads: int, *, question_window: int,
-               block_style: str = "paper", use_qoii: bool = True, use_gbif: bool = True,
-               use_qgip: bool = True, eps: float = 1e-12, init_std: float = 0.02,
-               dropout: float = 0.0, dtype=jnp.float32, rngs: nnx.Rngs):
-    mk_att = lambda: QopnAttention(dim, num_heads, block_style=block_style, eps=eps,
+               block_style: str = "paper_residual", output_projection: bool = False,
+               use_qoii: bool = True, use_gbif: bool = True, use_qgip: bool = True,
+               eps: float = 1e-12, init_std: float = 0.02, dropout: float = 0.0,
+               dtype=jnp.float32, rngs: nnx.Rngs):
+    mk_att = lambda: QopnAttention(dim, num_heads, block_style=block_style,
+                                   output_projection=output_projection, eps=eps,
                                    init_std=init_std, dropout=dropout, dtype=dtype, rngs=rngs)
     self.qoii = mk_att()
     self.fusion = common.dense(4 * dim, dim, ("mlp", "embed"), init_std=init_std, dtype=dtype,

@@ -5,9 +5,12 @@ split by ``p_end``/``q_start``/``q_end`` and fed to the DUMA layer (`poi_jax.lay
 fused vector goes through ``classifier_2`` (2D -> 1 for concat, D -> 1 for sum/mul; the released
 name) and a softmax over options. Optionally with POI-Net's POS embedding (``pos_embedding``).
 
-Parameter accounting (paper Table 9 style, `parameter_breakdown`): with k layers shared across
-layers and directions, DUMA adds one MHA (``4 (D^2 + D)`` in the paper variant: Q, K, V, W^O;
-``3 (D^2 + D)`` released) plus the classifier, whatever k.
+Parameter accounting (`parameter_breakdown`): with k layers shared across layers and directions,
+DUMA adds one MHA plus the classifier, whatever k: ``4 (D^2 + D)`` with the output projection W^O
+of the paper's eq. (1) (Q, K, V, W^O; the paper variant's default), ``3 (D^2 + D)`` without it
+(``output_projection=False``, or the released variant). The paper's Table 9 (+1.8M on
+ALBERT-base, D = 768) is the count without W^O: the paper contradicts its own eq. (1)
+(`poi_jax.layers.duma`).
 """
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ class DumaForMultipleChoice(nnx.Module):
   def __init__(self, encoder_config: encoders.EncoderConfig, *, variant: str = "paper",
                num_layers: int = 2, share_layers: bool = True, num_heads: int = -1,
                fuse: str = "concat", direction: str = "both", block: str = "attention",
-               pos_embedding: bool = False, rngs: nnx.Rngs):
+               output_projection: bool | None = None, pos_embedding: bool = False,
+               rngs: nnx.Rngs):
     cfg = encoder_config
     self.config = cfg
     dtype = common.compute_dtype(cfg.dtype)
@@ -64,7 +68,8 @@ class DumaForMultipleChoice(nnx.Module):
     heads_n = cfg.num_attention_heads if num_heads < 0 else num_heads
     self.duma = duma_lib.Duma(cfg.hidden_size, heads_n, variant=variant, num_layers=num_layers,
                               share_layers=share_layers, fuse=fuse, direction=direction,
-                              block=block, eps=cfg.layer_norm_eps,
+                              block=block, output_projection=output_projection,
+                              eps=cfg.layer_norm_eps,
                               init_std=cfg.initializer_range, dtype=dtype, rngs=rngs)
     self.classifier_2 = common.dense(cfg.hidden_size * self.duma.output_dim_factor, 1,
                                      ("embed", None), init_std=cfg.initializer_range,

@@ -14,6 +14,15 @@ reading comprehension, on ALBERT, BERT or RoBERTa encoders.
   tokens of its two domains, Linear D->1, softmax over options. The released multiple-choice code
   applies its classifier per token and reshapes to ``(-1, num_choices)``, which mixes tokens and
   options and cannot train; we follow the paper's §2.4.1 instead.
+* SQuAD 2.0 null score (``null_from``, QA only). Both co-attention variants scale every token by
+  its min-max-normalised score, so when [CLS] is its domain's least similar token at every turn
+  its row of R is 0, the null score ``s_0 + e_0`` is the head's bias alone and no gradient reaches
+  it through [CLS]. ``null_from="coattention"`` (the default: the paper and the released code)
+  keeps that; ``"encoder"`` reads the null logits (position 0) from the encoder output H at
+  [CLS], so the null score always depends on the input. How often [CLS] scores 0:
+  docs/results.md (``bench/poi_cls_null.py``). An earlier experiment of the same kind
+  (``keep_cls``) did not beat all-no-answer on 2 CPU cores, for lack of training, and was
+  reverted; the default stays the paper's until a measurement says otherwise.
 
 Parameters: ``encoder`` (HF layout, see `poi_jax.models.encoders`), ``pos_embeddings`` (exported
 as ``embeddings.pos_tag_embeddings.weight``), ``qa_outputs`` / ``classifier``.
@@ -35,6 +44,7 @@ from poi_jax.models import checks, encoders, heads
 POS_VOCAB = checks.NUM_POS_TAGS
 POS_EXPORT_NAME = "embeddings.pos_tag_embeddings.weight"
 COATTENTION_VARIANTS = ("paper", "released", "none")
+NULL_FROM = ("coattention", "encoder")
 
 
 class _PoiNetBase(nnx.Module):
@@ -61,8 +71,9 @@ class _PoiNetBase(nnx.Module):
                            if pos_embedding else None)
 
   def encode(self, input_ids, attention_mask, token_type_ids, pos_tags, con_start, con_end, *,
-             deterministic: bool):
-    """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``."""
+             deterministic: bool, return_encoder_output: bool = False):
+    """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``, or
+    ``(R, H)`` with the encoder output ``H (N, L, D)`` when ``return_encoder_output``."""
     extra = None
     if self.pos_embeddings is not None:
       extra = self.pos_embeddings(pos_tags)
@@ -76,7 +87,8 @@ class _PoiNetBase(nnx.Module):
                                      strategy=self.strategy)
     else:
       r = h
-    return constrain(r, BLD), m_a + m_b
+    r = constrain(r, BLD)
+    return (r, h) if return_encoder_output else (r, m_a + m_b)
 
   def _check(self, batch):
     if checks.is_concrete(batch):
@@ -102,11 +114,17 @@ def _fields(batch: Mapping[str, jax.Array]):
 
 class PoiNetForQuestionAnswering(_PoiNetBase):
   """Extractive QA: batch ``(B, L)`` token fields, ``con_start``/``con_end`` ``(B,)`` ->
-  ``{"start_logits", "end_logits"}`` each ``(B, L)``."""
+  ``{"start_logits", "end_logits"}`` each ``(B, L)``. ``null_from``: where the null logits
+  (position 0, [CLS]) come from, ``coattention`` (R, the paper) or ``encoder`` (H; module
+  docstring)."""
 
-  def __init__(self, encoder_config: encoders.EncoderConfig, **kwargs):
+  def __init__(self, encoder_config: encoders.EncoderConfig, *, null_from: str = "coattention",
+               **kwargs):
+    if null_from not in NULL_FROM:
+      raise ValueError(f"null_from must be one of {NULL_FROM}, got {null_from!r}")
     rngs = kwargs["rngs"]
     super().__init__(encoder_config, **kwargs)
+    self.null_from = null_from
     self.qa_outputs = common.dense(encoder_config.hidden_size, 2, ("embed", None),
                                    init_std=encoder_config.initializer_range,
                                    dtype=jnp.float32, rngs=rngs)
@@ -114,9 +132,11 @@ class PoiNetForQuestionAnswering(_PoiNetBase):
   def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
     self._check(batch)
     ids, mask, types, tags = _fields(batch)
-    r, _ = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
-                       deterministic=deterministic)
+    r, h = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
+                       deterministic=deterministic, return_encoder_output=True)
     logits = self.qa_outputs(r.astype(jnp.float32))
+    if self.null_from == "encoder":
+      logits = logits.at[:, 0].set(self.qa_outputs(h[:, 0].astype(jnp.float32)))
     return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
   def loss(self, batch, outputs) -> jax.Array:

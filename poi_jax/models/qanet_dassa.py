@@ -15,6 +15,9 @@ Encoder block (pre-LN): ``x += sinusoid``; each conv ``x += ReLU(pw(dw(LN x)))``
 ``layer_dropout * l / L`` for sub-layer ``l`` of ``L``. Departures from allennlp, each for a
 reason: conv inputs are zeroed on padding (so a row's result does not depend on the padding
 contents), and the standard blocks' attention uses one masked softmax (-1e32 fill) for all rows.
+DASSA runs in ``masked`` mode by default (`poi_jax.layers.dassa`: the released code attends to
+padding, whose length differs between training and evaluation); ``dassa_mode="released"`` is the
+original, for parity with its fixture.
 
 Word embeddings from a GloVe file are frozen (a `FrozenEmbedding` variable, outside
 ``nnx.Param``, so the optimizer never updates them), as in the paper; random ones train. Word and
@@ -173,7 +176,7 @@ class QanetDassa(nnx.Module):
                num_heads: int = 8, embedding_convs: int = 4, embedding_kernel: int = 7,
                modeling_blocks: int = 7, modeling_convs: int = 2, modeling_kernel: int = 5,
                modeling_passes: int = 3, dassa_blocks=(1, 3, 5), semantic_emb_dim: int = 16,
-               num_semantic_labels: int = 0, dassa_mode: str = "released",
+               num_semantic_labels: int = 0, dassa_mode: str = "masked",
                replace_zero_labels: bool = True, dropout: float = 0.1,
                layer_dropout: float = 0.1, word_vectors: np.ndarray | None = None,
                dtype=jnp.float32, rngs: nnx.Rngs):

@@ -123,7 +123,9 @@ class QopnForQuestionAnswering(nnx.Module):
     num_blocks: reasoning blocks (paper: tuned in 1..5, 3 on NLQuAD, 4 on NewsQA); 0 = the
       encoder with the global softmax only.
     num_heads: heads of QOII/QGIP (< 0: the encoder's).
-    block_style: ``paper`` or ``transformer`` (`poi_jax.layers.qopn`).
+    block_style: ``paper_residual`` (eq. 2-3 + residual + LayerNorm; the default), ``paper``
+      (eq. 2-3 literally: does not train) or ``transformer`` (`poi_jax.layers.qopn`).
+    output_projection: W^O after the heads' concatenation (eq. 3 has none).
     question_window: static bound on ``question_rows`` (1 + the longest question).
     scan_blocks: stacked block weights run with ``nnx.scan`` (else a loop).
     use_qoii, use_gbif, use_qgip: the ablations of the paper's Table 4.
@@ -131,7 +133,8 @@ class QopnForQuestionAnswering(nnx.Module):
   """
 
   def __init__(self, encoder_config: encoders.EncoderConfig, *, num_blocks: int = 3,
-               num_heads: int = -1, block_style: str = "paper", question_window: int = 65,
+               num_heads: int = -1, block_style: str = "paper_residual",
+               output_projection: bool = False, question_window: int = 65,
                scan_blocks: bool = True, use_qoii: bool = True, use_gbif: bool = True,
                use_qgip: bool = True, dropout: float = -1.0, rngs: nnx.Rngs):
     cfg = encoder_config
@@ -142,7 +145,7 @@ class QopnForQuestionAnswering(nnx.Module):
     self.reasoning = qopn_lib.Reasoning(
         cfg.hidden_size, cfg.num_attention_heads if num_heads < 0 else num_heads,
         num_blocks=num_blocks, scan_blocks=scan_blocks, question_window=question_window,
-        block_style=block_style, use_qoii=use_qoii, use_gbif=use_gbif, use_qgip=use_qgip,
+        block_style=block_style, output_projection=output_projection, use_qoii=use_qoii, use_gbif=use_gbif, use_qgip=use_qgip,
         eps=cfg.layer_norm_eps, init_std=cfg.initializer_range,
         dropout=cfg.hidden_dropout_prob if dropout < 0 else dropout, dtype=dtype, rngs=rngs)
     self.qa_outputs = common.dense(cfg.hidden_size, 2, ("embed", None), use_bias=False,

@@ -39,7 +39,8 @@ def feature_options(config) -> dict:
   """Every option of `build_choice_features` that the config sets (also the cache key)."""
   return dict(max_seq_length=config.data.max_seq_length,
               with_pos=bool(config.model.pos_embedding),
-              pos_alignment=config.data.pos_alignment)
+              pos_alignment=config.data.pos_alignment,
+              pos_lowercase=config.data.pos_lowercase)
 
 
 def featurize(records, tokenizer, config, *, is_training: bool):

@@ -24,7 +24,7 @@ def read(config, split):
 
 def feature_options(config, is_training: bool) -> dict:
   d, gr = config.data, config.model.graph
-  return dict(max_seq_length=d.max_seq_length, doc_stride=d.doc_stride,
+  return dict(max_seq_length=d.max_seq_length, window_step=d.nq.window_step,
               max_query_length=d.max_query_length, max_sentences=gr.max_sentences,
               max_paragraphs=gr.max_paragraphs, is_training=is_training,
               include_unknowns=d.nq.include_unknowns, seed=config.seed,

@@ -44,7 +44,7 @@ def feature_options(config, is_training: bool) -> dict:
   with_pos = bool(config.model.pos_embedding)
   return dict(max_seq_length=d.max_seq_length, doc_stride=d.doc_stride,
               max_query_length=d.max_query_length, is_training=is_training, with_pos=with_pos,
-              pos_alignment=d.pos_alignment)
+              pos_alignment=d.pos_alignment, pos_lowercase=d.pos_lowercase)
 
 
 def featurize(records, tokenizer, config, *, is_training: bool):

@@ -67,6 +67,27 @@ def test_window_layout_and_labels(tokenizer, squad):
   assert len(set(a["example_index"])) == 40 and len(rows) > 40  # several windows per example
 
 
+def test_doc_stride_is_the_overlap_of_consecutive_windows(tokenizer, squad):
+  """``data.doc_stride`` (SQuAD features) = the context tokens two consecutive windows share
+  (the HuggingFace tokenizer's ``stride``), not the step of the released code / NQ
+  (``data.nq.window_step``); together the windows cover the whole context, in order."""
+  examples, _ = squad
+  ex = max(examples[:300], key=lambda e: len(e.context))
+  stride = 24
+  f = build_extractive_features([ex], tokenizer, max_seq_length=96, doc_stride=stride,
+                                max_query_length=16, is_training=False, with_pos=False)
+  a, offs = f.arrays, f.meta["offsets"]
+  windows = [[tuple(offs[r, i]) for i in range(a["con_start"][r] + 1, a["con_end"][r])]
+             for r in range(len(a["input_ids"]))]
+  assert len(windows) > 3
+  for w0, w1 in zip(windows, windows[1:]):
+    assert w0[-stride:] == w1[:stride]
+    assert w0[-stride - 1] not in w1  # exactly ``stride`` shared, not more
+  full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
+  covered = windows[0] + [t for w in windows[1:] for t in w[stride:]]
+  assert covered == [tuple(o) for o in full["offset_mapping"]]
+
+
 def test_offset_pos_tags(tokenizer, squad):
   examples, _ = squad
   f = build_extractive_features(examples[:3], tokenizer, max_seq_length=128, doc_stride=64,

@@ -104,7 +104,23 @@ def test_window_starts_follow_the_stride():
   assert nq_windows.window_starts(41, 40, 128) == [0, 40]
 
 
-OPTS = dict(max_seq_length=96, doc_stride=32, max_query_length=16, max_sentences=24,
+@pytest.mark.parametrize("doc_len,max_doc,step", [(100, 40, 30), (1000, 445, 128), (41, 40, 128),
+                                                  (7, 40, 5), (300, 50, 50)])
+def test_windows_cover_the_document_and_overlap_by_the_room_minus_the_step(doc_len, max_doc,
+                                                                            step):
+  """``data.nq.window_step`` is the step between window starts (the original's doc_stride): two
+  consecutive windows of ``max_doc`` tokens share ``max_doc - step`` of them (none when the step
+  is at least a window), and the windows cover the document."""
+  starts = nq_windows.window_starts(doc_len, max_doc, step)
+  spans = [(s, min(s + max_doc, doc_len)) for s in starts]
+  assert set().union(*(range(a, b) for a, b in spans)) == set(range(doc_len))
+  assert spans[-1][1] == doc_len
+  for (a0, b0), (a1, _) in zip(spans, spans[1:]):
+    assert a1 - a0 == min(step, max_doc)
+    assert b0 - a1 == max_doc - min(step, max_doc)
+
+
+OPTS = dict(max_seq_length=96, window_step=32, max_query_length=16, max_sentences=24,
             max_paragraphs=12, include_unknowns=0.5, seed=3)
 
 
@@ -159,7 +175,7 @@ def test_long_only_windows_ignore_the_short_loss_and_nulls_are_sampled(tokenizer
     for ann in o["annotations"]:
       ann["short_answers"] = []
   recs = reader.read_nq(_write(tmp_path / "l.jsonl.gz", objs))
-  opts = dict(OPTS, max_seq_length=320, doc_stride=64)  # windows that hold whole paragraphs
+  opts = dict(OPTS, max_seq_length=320, window_step=64)  # windows that hold whole paragraphs
   ev = nq_windows.build_nq_features(recs, tokenizer, is_training=False, **opts)
   long = ev.arrays["answer_type"] == nq_windows.LONG
   assert long.any()

@@ -1,4 +1,5 @@
-"""The NumPy graph builder vs the fixture's edge multiset, capacities and overflow."""
+"""The NumPy graph builder vs the fixtures' edge multisets (every ``nq_graph_encoder*`` fixture;
+each window's token layout is read from the fixture itself), capacities and overflow."""
 from __future__ import annotations
 
 import collections
@@ -9,12 +10,9 @@ from safetensors.numpy import load_file
 
 from poi_jax.data.features import nq_graph as builder
 from poi_jax import graph_layout as g
-from tests.conftest import PARITY
+from tests.conftest import fixture_id, parity_fixtures
 
-FIXTURE = PARITY / "nq_graph_encoder.public.safetensors"
-# The two public token layouts of parity/SPEC.md §3: question sub-tokens, per paragraph its
-# sentences' lengths.
-PUBLIC_LAYOUTS = [(4, [[5, 4], [6], [3, 2, 4]]), (7, [[70, 3], [1], [9, 12]])]
+FIXTURES = parity_fixtures("nq_graph_encoder")
 
 
 def fixture_layout(fx) -> g.NodeLayout:
@@ -24,26 +22,61 @@ def fixture_layout(fx) -> g.NodeLayout:
   return g.NodeLayout(tokens, n - tokens - paragraphs - 1, paragraphs)
 
 
-def test_public_layouts_reproduce_the_fixture_edges_and_masks():
-  fx = load_file(FIXTURE)
+def window_edges(fx, b, n):
+  """Window ``b``'s edges as local ``(src, tgt, type, pos)`` tuples (the fixture's are
+  batch-flattened: ``node + n*b``)."""
+  sel = fx["input.edges_tgt"] // n == b
+  return list(zip((fx["input.edges_src"][sel] - n * b).tolist(),
+                  (fx["input.edges_tgt"][sel] - n * b).tolist(),
+                  fx["input.edges_type"][sel].tolist(), fx["input.edges_pos"][sel].tolist()))
+
+
+def token_ids(fx, b, layout):
+  """Window ``b``'s per-token sentence and paragraph ids, read from the fixture: its real tokens
+  are the set ``st_mask`` token slots, and token t belongs to the sentence (paragraph) node its
+  token -> sentence (paragraph) edge points to (node index - the level's first node)."""
+  n_tok = int(fx["input.st_mask"][b, :layout.tokens].sum())
+  assert np.all(fx["input.st_mask"][b, :n_tok] == 1), "real tokens must come first"
+  out = []
+  for level, first in ((g.SENTENCE, layout.sentence_start), (g.PARAGRAPH, layout.paragraph_start)):
+    ids = np.full(n_tok, -1, np.int64)
+    for src, tgt, etype, _ in window_edges(fx, b, layout.num_nodes):
+      if etype == g.edge_type(g.TOKEN, level):
+        assert ids[src] in (-1, tgt - first), (b, src)
+        ids[src] = tgt - first
+    assert np.all(ids >= 0), f"window {b}: a token without a level-{level} edge"
+    out.append(ids)
+  return out
+
+
+def test_the_public_fixture_is_found():
+  assert "nq_graph_encoder.public" in {fixture_id(p) for p in FIXTURES}
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
+def test_fixture_layouts_reproduce_the_fixture_edges_and_masks(path):
+  fx = load_file(path)
   layout = fixture_layout(fx)
-  n = layout.num_nodes
-  which = fx["input.edges_tgt"] // n
-  for b, (q, paras) in enumerate(PUBLIC_LAYOUTS):
-    sent, para = builder.window_layout(q, paras)
-    assert len(sent) == int(fx["input.st_mask"][b, :layout.tokens].sum())
+  for b in range(fx["input.st_mask"].shape[0]):
+    sent, para = token_ids(fx, b, layout)
     graph = builder.build_graph(sent, para, layout)
     e = graph.edges[:, :graph.num_edges]
     got = collections.Counter(map(tuple, e.T.tolist()))
-    sel = which == b
-    want = collections.Counter(zip((fx["input.edges_src"][sel] - n * b).tolist(),
-                                   (fx["input.edges_tgt"][sel] - n * b).tolist(),
-                                   fx["input.edges_type"][sel].tolist(),
-                                   fx["input.edges_pos"][sel].tolist()))
-    assert got == want
+    assert got == collections.Counter(window_edges(fx, b, layout.num_nodes)), f"window {b}"
     np.testing.assert_array_equal(graph.st_mask, fx["input.st_mask"][b])
     assert graph.overflow == 0
     assert np.all(graph.edges[:, graph.num_edges:] == -1)
+
+
+def test_public_fixture_layouts_are_the_spec_windows():
+  """The layouts read from the public fixture are parity/SPEC.md §3's two windows (question
+  sub-tokens, per paragraph its sentences' lengths), so `token_ids` reads what it should."""
+  fx = load_file(next(p for p in FIXTURES if fixture_id(p) == "nq_graph_encoder.public"))
+  layout = fixture_layout(fx)
+  for b, (q, paras) in enumerate([(4, [[5, 4], [6], [3, 2, 4]]), (7, [[70, 3], [1], [9, 12]])]):
+    want = builder.window_layout(q, paras)
+    for got, w in zip(token_ids(fx, b, layout), want):
+      np.testing.assert_array_equal(got, w)
 
 
 def test_capacity_is_six_per_token_four_per_sentence_two_per_paragraph():

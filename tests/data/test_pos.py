@@ -34,9 +34,9 @@ def test_original_alignment_reproduces_the_fixture(name, i, ex, max_len):
 @pytest.mark.parametrize("name,i,ex,max_len", _examples()[:6],
                          ids=[f"{e[0]}-{e[1]}" for e in _examples()[:6]])
 def test_nltk_from_shared_data_gives_the_fixture_word_tags(name, i, ex, max_len):
-  got = pos.tag_words(ex["question_text"])
+  got = pos.tag_words(ex["question_text"], lowercase=True)
   assert [list(t) for t in got] == ex["question_nltk_word_tags"]
-  got = pos.tag_words(ex["context_text"])
+  got = pos.tag_words(ex["context_text"], lowercase=True)
   assert [list(t) for t in got] == ex["context_nltk_word_tags"]
 
 
@@ -44,4 +44,43 @@ def test_missing_nltk_resource_names_it(monkeypatch):
   import nltk
   monkeypatch.setattr(nltk.data, "path", ["/nonexistent"])
   with pytest.raises(pos.NltkResourceError, match="punkt_tab"):
-    pos.tag_words("a test")
+    pos.tag_words("a test", lowercase=True)
+
+
+SENTENCE = "The Normans gave their name to Normandy, a region in France."
+
+
+def test_default_tags_the_cased_text_and_keeps_proper_nouns():
+  """NLTK's perceptron reads case: on the lowercased text (the released pipeline) the proper
+  nouns of the sentence lose NNP; the default (cased) keeps them."""
+  cased = dict(pos.tag_words(SENTENCE))
+  assert cased["Normandy"] == "NNP" and cased["France"] == "NNP"
+  lower = dict(pos.tag_words(SENTENCE, lowercase=True))
+  assert lower["normandy"] != "NNP" and lower["france"] != "NNP"
+
+
+def test_pos_lowercase_reaches_the_features_and_their_cache_key():
+  """``data.pos_lowercase`` (default False) is a feature option of both tasks (so it is in the
+  cache key) and changes the tags of the built features."""
+  from configs import dream, squad2
+  from poi_jax.data.features import extractive, multiple_choice
+  from poi_jax.data.records import SquadExample
+  from poi_jax.models.encoders.load import load_tokenizer, resolve_checkpoint
+  from poi_jax.tasks import choice, squad
+  config = squad2.get_config("tiny")
+  assert config.data.pos_lowercase is False
+  assert squad.feature_options(config, True)["pos_lowercase"] is False
+  assert choice.feature_options(dream.get_config("tiny"))["pos_lowercase"] is False
+  assert extractive.FEATURE_VERSION >= 3 and multiple_choice.FEATURE_VERSION >= 3  # rebuilt
+  tokenizer = load_tokenizer(resolve_checkpoint("minilm"))
+  ex = SquadExample("q", "Where is Normandy?", SENTENCE, [], True, [], "", "mem")
+  tags = {}
+  for lowercase in (False, True):
+    f = extractive.build_extractive_features([ex], tokenizer, max_seq_length=48, doc_stride=8,
+                                             max_query_length=16, is_training=False,
+                                             pos_lowercase=lowercase)
+    ids = f.arrays["input_ids"][0]
+    tags[lowercase] = {t: int(f.arrays["pos_tags"][0, i]) for i, t in
+                       enumerate(tokenizer.convert_ids_to_tokens(list(ids))) if t == "france"}
+  assert tags[False]["france"] == pos.tag_id("NNP")
+  assert tags[True]["france"] != pos.tag_id("NNP")

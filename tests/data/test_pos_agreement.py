@@ -22,7 +22,7 @@ def tokenizer(minilm_dir):
 
 def test_a_short_subtoken_inside_the_current_word_stalls_the_original(tokenizer):
   text = "What is France a region of?"
-  tags = pos.tag_words(text)
+  tags = pos.tag_words(text, lowercase=True)
   assert [w for w, _ in tags] == ["what", "is", "france", "a", "region", "of", "?"]
   toks = tokenizer.tokenize(text)
   assert toks == ["what", "is", "france", "a", "region", "of", "?"]
@@ -39,7 +39,7 @@ def test_a_short_subtoken_inside_the_current_word_stalls_the_original(tokenizer)
 
 def test_a_rewritten_quote_stalls_the_original_for_good(tokenizer):
   text = 'He said "hello" to me.'
-  tags = pos.tag_words(text)
+  tags = pos.tag_words(text, lowercase=True)
   assert [w for w, _ in tags] == ["he", "said", "``", "hello", "''", "to", "me", "."]
   toks = tokenizer.tokenize(text)
   assert toks == ["he", "said", '"', "hello", '"', "to", "me", "."]
@@ -65,24 +65,26 @@ def test_original_features_cut_the_whole_sequence_tags_into_windows(tokenizer, d
   examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:25]
   f = build_extractive_features(examples, tokenizer, max_seq_length=64, doc_stride=24,
                                 max_query_length=16, is_training=False, with_pos=True,
-                                pos_alignment="original")
+                                pos_alignment="original", pos_lowercase=True)
   a, offsets = f.arrays, f.meta["offsets"]
   assert len(a["input_ids"]) > 2 * len(examples)  # several windows per context
   past_end = set()
   for r in range(len(a["input_ids"])):
     ex = examples[a["example_index"][r]]
     full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
+    # the released pipeline (lowercased tags); no context here runs past its end
     want = pos.align_original(tokenizer.convert_ids_to_tokens(full["input_ids"]),
-                              pos.tag_words(ex.context))  # no context here runs past its end
+                              pos.tag_words(ex.context, lowercase=True))
     by_offset = {tuple(o): t for o, t in zip(full["offset_mapping"], want)}
     for i in np.flatnonzero(offsets[r, :, 0] >= 0):
       assert a["pos_tags"][r, i] == by_offset[tuple(offsets[r, i])]
     q_toks = tokenizer.convert_ids_to_tokens(list(a["input_ids"][r, 1:a["con_start"][r]]))
+    q_tags = pos.tag_words(ex.question, lowercase=True)
     try:
-      q_want = pos.align_original(q_toks, pos.tag_words(ex.question))
+      q_want = pos.align_original(q_toks, q_tags)
     except IndexError:
       past_end.add(f"{ex.qid}:question")
-      q_want = pos.align_original(q_toks, pos.tag_words(ex.question), strict=False)
+      q_want = pos.align_original(q_toks, q_tags, strict=False)
     assert list(a["pos_tags"][r, 1:a["con_start"][r]]) == q_want
   assert set(f.meta["pos_original_past_end"]) == past_end and past_end  # "...the Normans"
 
@@ -92,12 +94,13 @@ def test_where_the_original_would_fail_the_features_report_it(tokenizer):
   ex = SquadExample("q-normans", "What religion were the Normans", "The Normans were Catholic.",
                     [], True, [], "", "mem")
   # "##s" is not in the last word "normans": the released code fails here.
+  tags = pos.tag_words(ex.question, lowercase=True)
   with pytest.raises(IndexError):
-    pos.align_original(tokenizer.tokenize(ex.question), pos.tag_words(ex.question))
+    pos.align_original(tokenizer.tokenize(ex.question), tags)
   f = build_extractive_features([ex], tokenizer, max_seq_length=32, doc_stride=8,
                                 max_query_length=16, is_training=False, with_pos=True,
-                                pos_alignment="original")
+                                pos_alignment="original", pos_lowercase=True)
   assert f.meta["pos_original_past_end"] == ["q-normans:question"]
-  tags = dict(pos.tag_words(ex.question))
+  tags = dict(tags)
   # "norman" "##s" both keep the last word's tag.
   assert list(f.arrays["pos_tags"][0, 5:7]) == [pos.tag_id(tags["normans"])] * 2

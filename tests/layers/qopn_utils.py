@@ -48,6 +48,19 @@ def real_segments(h, layout):
   return out
 
 
+def position_spread(h, att, question_rows) -> float:
+  """Std of the rows across the real context positions of a segment (everything after the
+  question rows), averaged over features and segments: ``h (B, K, L, D)``, ``att (B, K, L)``."""
+  out = []
+  for i in range(h.shape[0]):
+    for k in range(h.shape[1]):
+      rows = np.flatnonzero(att[i, k] > 0)
+      rows = rows[rows >= question_rows[i]]
+      if len(rows) > 1:
+        out.append(np.asarray(h[i, k, rows]).std(axis=0).mean())
+  return float(np.mean(out))
+
+
 def candidate_positions(layout, k_max, length):
   """Flat indices k*L + t of each example's candidates, in article order."""
   out = []
@@ -65,19 +78,28 @@ def _g(tree, *path):
 
 
 def attention_as_torch(att: dict, prefix: str, block_style: str) -> dict:
-  """Flax `QopnAttention` arrays (pure dict) -> torch `Attention` parameter names."""
-  out = {
-      f"{prefix}.mha.in_proj_weight": np.concatenate(
-          [_g(att, n, "kernel").T for n in ("query", "key", "value")]),
-      f"{prefix}.mha.in_proj_bias": np.concatenate([_g(att, n, "bias")
-                                                    for n in ("query", "key", "value")]),
-      f"{prefix}.mha.out_proj.weight": _g(att, "output", "kernel").T,
-      f"{prefix}.mha.out_proj.bias": _g(att, "output", "bias"),
-  }
-  if block_style == "transformer":
-    for mine, theirs in (("ln1", "LayerNorm"), ("ln2", "ffn_LayerNorm")):
-      out[f"{prefix}.{mine}.weight"] = _g(att, theirs, "scale")
+  """Flax `QopnAttention` arrays (pure dict) -> torch `Attention` parameter names (with an
+  ``output`` projection: ``torch.nn.MultiheadAttention``'s; without: ``wq``, ``wk``, ``wv``)."""
+  if "output" in att:
+    out = {
+        f"{prefix}.mha.in_proj_weight": np.concatenate(
+            [_g(att, n, "kernel").T for n in ("query", "key", "value")]),
+        f"{prefix}.mha.in_proj_bias": np.concatenate([_g(att, n, "bias")
+                                                      for n in ("query", "key", "value")]),
+        f"{prefix}.mha.out_proj.weight": _g(att, "output", "kernel").T,
+        f"{prefix}.mha.out_proj.bias": _g(att, "output", "bias"),
+    }
+  else:
+    out = {}
+    for mine, theirs in (("wq", "query"), ("wk", "key"), ("wv", "value")):
+      out[f"{prefix}.{mine}.weight"] = _g(att, theirs, "kernel").T
       out[f"{prefix}.{mine}.bias"] = _g(att, theirs, "bias")
+  if block_style in ("paper_residual", "transformer"):
+    out[f"{prefix}.ln1.weight"] = _g(att, "LayerNorm", "scale")
+    out[f"{prefix}.ln1.bias"] = _g(att, "LayerNorm", "bias")
+  if block_style == "transformer":
+    out[f"{prefix}.ln2.weight"] = _g(att, "ffn_LayerNorm", "scale")
+    out[f"{prefix}.ln2.bias"] = _g(att, "ffn_LayerNorm", "bias")
     for mine, theirs in (("ff1", "ffn"), ("ff2", "ffn_output")):
       out[f"{prefix}.{mine}.weight"] = _g(att, theirs, "kernel").T
       out[f"{prefix}.{mine}.bias"] = _g(att, theirs, "bias")

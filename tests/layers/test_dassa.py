@@ -11,9 +11,10 @@ from flax import nnx
 from safetensors.numpy import load_file
 
 from poi_jax.layers import dassa
+from tests.conftest import fixture_id, parity_fixtures
 from tests.reference import dassa_torch
 
-FIXTURE = "dassa_attention.public.safetensors"
+FIXTURES = parity_fixtures("dassa_attention")
 
 
 def _layer(input_dim, heads, attention_dim, values_dim, emb, labels, mode="released", seed=0,
@@ -24,8 +25,13 @@ def _layer(input_dim, heads, attention_dim, values_dim, emb, labels, mode="relea
                                   mode=mode, rngs=nnx.Rngs(seed))
 
 
-def test_released_mode_reproduces_the_fixture(parity_dir):
-  fx = load_file(parity_dir / FIXTURE)
+def test_the_public_fixture_is_found(parity_dir):
+  assert "dassa_attention.public" in {fixture_id(p) for p in FIXTURES}
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
+def test_released_mode_reproduces_the_fixture(path):
+  fx = load_file(path)
   cfg = {k.split(".", 1)[1]: int(v) for k, v in fx.items() if k.startswith("config.")}
   layer = _layer(cfg["input_dim"], cfg["num_heads"], cfg["attention_dim"], cfg["values_dim"],
                  cfg["semantic_emb_dim"], cfg["num_semantic_labels"])
@@ -40,10 +46,11 @@ def test_released_mode_reproduces_the_fixture(parity_dir):
   np.testing.assert_allclose(np.asarray(out), fx["output.outputs"], atol=1e-5, rtol=0)
 
 
-def test_fixture_covers_uniform_rows_and_attended_padding(parity_dir):
+@pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
+def test_fixture_covers_uniform_rows_and_attended_padding(path):
   """The fixture's documented edge cases are where the code says they are: scope-0 query rows
   are uniform over all T, and a constant-scope head attends the padding (released mode)."""
-  fx = load_file(parity_dir / FIXTURE)
+  fx = load_file(path)
   scopes, p = fx["input.semantic_views_sent_mask"], fx["intermediate.attention"]
   t = scopes.shape[-1]
   rows = np.argwhere(scopes == 0)

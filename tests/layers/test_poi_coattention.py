@@ -99,8 +99,10 @@ def test_paper_variant_gradients_match_the_reference(strategy):
   (poi_torch.paper_coattention(ht, cs, ce, 3, strategy)[1] * torch.tensor(w, dtype=torch.float64)
    ).sum().backward()
   gt = ht.grad.numpy()
+  # Relative to the largest gradient entry (single entries can be ~0), at the project's float32
+  # tolerance 1e-5: the float32 gradient is 1e-7..2e-7 off the float64 reference here.
   scale = np.abs(gt).max()
-  np.testing.assert_allclose(np.asarray(g) / scale, gt / scale, atol=1e-4, rtol=0)
+  np.testing.assert_allclose(np.asarray(g) / scale, gt / scale, atol=1e-5, rtol=0)
 
 
 def test_turns_change_the_scan_length_not_the_trace_size():

@@ -63,11 +63,15 @@ def _labels(layout, k, length, rng):
   return ys, ye, np.array(fs, np.int32), np.array(fe, np.int32)
 
 
-# (seed, block style, blocks, ablation): random B, K in 1..6, question and segment lengths and
-# padding per seed; both layouts (1 or 2 separators after the question) occur.
-CASES = [(0, "paper", 1, {}), (1, "paper", 3, {}), (2, "transformer", 2, {}),
+# (seed, block style, blocks, flags): random B, K in 1..6, question and segment lengths and
+# padding per seed; both layouts (1 or 2 separators after the question) occur. The output
+# projection W^O is off unless a case turns it on (eq. 3 has none).
+W_O = dict(output_projection=True)
+CASES = [(0, "paper", 1, W_O), (1, "paper", 3, {}), (2, "transformer", 2, W_O),
          (10, "paper", 2, dict(use_qoii=False)), (11, "transformer", 2, dict(use_gbif=False)),
-         (12, "paper", 2, dict(use_qgip=False))]
+         (12, "paper", 2, dict(use_qgip=False)), (13, "paper_residual", 3, {}),
+         (14, "paper_residual", 2, dict(use_qoii=False, **W_O)),
+         (15, "paper_residual", 2, dict(use_gbif=False))]
 
 
 @pytest.mark.parametrize("seed,style,num_blocks,flags", CASES)
@@ -111,7 +115,8 @@ def test_scanned_blocks_equal_the_loop(style):
                              ls.numpy(), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("style,flags", [("paper", {}), ("transformer", dict(use_qoii=False))])
+@pytest.mark.parametrize("style,flags", [("paper", W_O), ("transformer", dict(use_qoii=False)),
+                                         ("paper_residual", {})])
 def test_loss_and_gradients_match_pytorch(style, flags):
   seed = 5
   layout, k, length, h, att, span, seg, qr = _inputs(seed)
@@ -169,15 +174,51 @@ def test_permuting_segments_permutes_the_outputs():
                              np.where(real, np.asarray(y1)[:, perm], 0), atol=1e-5, rtol=0)
 
 
-def test_k1_qoii_reduces_to_the_value_path():
+@pytest.mark.parametrize("style,w_o", [("paper", True), ("paper", False),
+                                       ("paper_residual", False)])
+def test_k1_qoii_reduces_to_the_value_path(style, w_o):
   rng = np.random.default_rng(1)
-  att = qopn.QopnAttention(DIM, HEADS, init_std=0.3, rngs=nnx.Rngs(3))
+  att = qopn.QopnAttention(DIM, HEADS, block_style=style, output_projection=w_o, init_std=0.3,
+                           rngs=nnx.Rngs(3))
   r = rng.standard_normal((7, 1, DIM)).astype(np.float32)  # 7 question rows, K = 1
   got = np.asarray(att(jnp.asarray(r), jnp.ones((7, 1))))
   p = {n: {k: np.asarray(v) for k, v in d.items()} for n, d in U.pure(nnx.state(att)).items()}
-  want = (r @ p["value"]["kernel"] + p["value"]["bias"]) @ p["output"]["kernel"] + \
-      p["output"]["bias"]
+  want = r @ p["value"]["kernel"] + p["value"]["bias"]
+  if w_o:
+    want = want @ p["output"]["kernel"] + p["output"]["bias"]
+  else:
+    assert "output" not in p
+  if style == "paper_residual":
+    want = want + r
+    want = (want - want.mean(-1, keepdims=True)) / np.sqrt(want.var(-1, keepdims=True) + 1e-12)
+    want = want * p["LayerNorm"]["scale"] + p["LayerNorm"]["bias"]
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("config_name", ["newsqa", "nlquad"])
+def test_default_blocks_keep_the_spread_across_positions_at_initialisation(config_name):
+  """Three blocks of each QOPN config's default style, at the encoder's init (std 0.02), keep
+  the spread of the rows across positions within 10x of the input's (the span head needs the
+  positions told apart). The literal ``paper`` style loses ~300x per block, so the same check
+  fails for it; docs/qopn.md."""
+  import importlib
+  q = importlib.import_module(f"configs.{config_name}").get_config().model.qopn
+  dim, heads = 64, 4
+  rng = np.random.default_rng(0)
+  layout, k, length = U.random_layout(rng, batch=2, k_max=3, max_seg=12)
+  att, _, seg, qr = U.masks(layout, k, length)
+  h = rng.standard_normal((len(layout), k, length, dim)).astype(np.float32)
+  args = [jnp.asarray(x) for x in (h, att, qr, seg)]
+  ratio = {}
+  for style, w_o in ((q.block_style, q.output_projection), ("paper", False), ("paper", True)):
+    blocks = qopn.Reasoning(dim, heads, num_blocks=3, scan_blocks=False, question_window=6,
+                            block_style=style, output_projection=w_o, init_std=0.02,
+                            rngs=nnx.Rngs(0))
+    y = np.asarray(nnx.jit(lambda m, *a: m(*a))(blocks, *args))
+    ratio[(style, w_o)] = U.position_spread(h, att, qr) / U.position_spread(y, att, qr)
+  default = ratio[(q.block_style, q.output_projection)]
+  assert 0.1 < default < 10, ratio
+  assert ratio[("paper", False)] > 1e3 and ratio[("paper", True)] > 1e3, ratio
 
 
 def test_distributions_sum_to_one_over_the_whole_article():

@@ -1,4 +1,5 @@
-"""The NQ graph encoder + heads vs the golden fixture ``nq_graph_encoder.public.safetensors``.
+"""The NQ graph encoder + heads vs the golden fixtures ``nq_graph_encoder*.safetensors`` (the
+public one and any other of the same format).
 
 Every size comes from the file (``config.*`` and tensor shapes); the fixture's edges are
 batch-flattened (``node + N*b``) and are turned back into per-window edge lists, the model's
@@ -15,13 +16,14 @@ from safetensors.numpy import load_file
 from poi_jax import graph_layout
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph
-from tests.conftest import PARITY
+from tests.conftest import fixture_id, parity_fixtures
 
-FIXTURE = PARITY / "nq_graph_encoder.public.safetensors"
+FIXTURES = parity_fixtures("nq_graph_encoder")
+each_fixture = pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
 
 
-def fixture():
-  return load_file(FIXTURE)
+def test_the_public_fixture_is_found():
+  assert "nq_graph_encoder.public" in {fixture_id(p) for p in FIXTURES}
 
 
 def graph_config(fx, formulation="segment") -> nq_graph.GraphConfig:
@@ -61,9 +63,9 @@ def local_edges(fx):
   return out
 
 
-def build(fx, formulation="segment"):
+def build(fx, formulation="segment", source="state_dict"):
   model = nq_graph.NqGraphModel(None, graph_config(fx, formulation), rngs=nnx.Rngs(0))
-  unused = nq_graph.load_torch_state_dict(model, fx, source=str(FIXTURE))
+  unused = nq_graph.load_torch_state_dict(model, fx, source=source)
   assert all(k.startswith(("input.", "output.", "config.")) for k in unused), unused
   return model
 
@@ -84,10 +86,11 @@ def run(model, fx, edges=None):
   return got
 
 
+@each_fixture
 @pytest.mark.parametrize("formulation", g.FORMULATIONS)
-def test_every_output_tensor_matches_the_fixture(formulation):
-  fx = fixture()
-  got = run(build(fx, formulation), fx)
+def test_every_output_tensor_matches_the_fixture(path, formulation):
+  fx = load_file(path)
+  got = run(build(fx, formulation, str(path)), fx)
   expected = {k: v for k, v in fx.items() if k.startswith("output.")}
   assert set(expected) <= set(got), sorted(set(expected) - set(got))
   for k, v in expected.items():
@@ -95,8 +98,9 @@ def test_every_output_tensor_matches_the_fixture(formulation):
     np.testing.assert_allclose(got[k], v, atol=1e-5, rtol=0, err_msg=k)
 
 
-def test_edge_order_does_not_change_outputs():
-  fx = fixture()
+@each_fixture
+def test_edge_order_does_not_change_outputs(path):
+  fx = load_file(path)
   edges = local_edges(fx)
   rng = np.random.default_rng(0)
   perm = {k: v.copy() for k, v in edges.items()}
@@ -110,8 +114,9 @@ def test_edge_order_does_not_change_outputs():
     np.testing.assert_allclose(a[k], b[k], atol=1e-5, rtol=0, err_msg=k)
 
 
-def test_relative_index_tables_match_the_fixture():
-  fx = fixture()
+@each_fixture
+def test_relative_index_tables_match_the_fixture(path):
+  fx = load_file(path)
   for level in ("token", "sentence", "paragraph"):
     ind = fx[f"encoder.layer.0.attention.{level}_attention.indices"]
     r = int(fx[f"config.max_{level}_relative"])
@@ -119,7 +124,7 @@ def test_relative_index_tables_match_the_fixture():
 
 
 def test_a_wrongly_shaped_tensor_is_named():
-  fx = fixture()
+  fx = load_file(FIXTURES[0])
   model = nq_graph.NqGraphModel(None, graph_config(fx), rngs=nnx.Rngs(0))
   bad = {"tok_dense.weight": np.zeros((3, 3), np.float32)}
   with pytest.raises(ValueError, match="tok_dense.weight"):

@@ -206,3 +206,59 @@ def test_pos_table_reported_new_then_exported_and_read_back(tmp_path):
   assert not report.newly_initialized and poi_net.POS_EXPORT_NAME in report.loaded
   np.testing.assert_array_equal(np.asarray(fresh.pos_embeddings.embedding.get_value()),
                                 np.asarray(model.pos_embeddings.embedding.get_value()))
+
+
+def _null_case_batch(rng, b=24, l=12):
+  """Rows whose domain A is [CLS] + one question token (con_start 2): [CLS] is then A's least
+  similar token at every turn in a good share of them."""
+  ids = rng.integers(3, 60, size=(b, l))
+  ids[:, 0] = 2
+  return dict(input_ids=ids, attention_mask=np.ones((b, l), np.int64),
+              token_type_ids=np.zeros_like(ids), pos_tags=rng.integers(1, 39, size=(b, l)),
+              con_start=np.full(b, 2), con_end=np.full(b, l - 1))
+
+
+def test_null_from_encoder_makes_the_null_score_depend_on_the_input_with_gradient():
+  """Where [CLS] scores 0 in the co-attention, the paper's null score s_0 + e_0 is the head's
+  bias for every input, with no gradient; ``null_from="encoder"`` reads it from H at [CLS]: it
+  then varies with the input and has gradient (to the encoder and the head's kernel). The other
+  positions' logits are the same either way."""
+  cfg = encoders.EncoderConfig(**ALBERT)
+  batch = {k: jnp.asarray(v) for k, v in _null_case_batch(np.random.default_rng(0)).items()}
+  models = {n: poi_net.PoiNetForQuestionAnswering(cfg, null_from=n, rngs=nnx.Rngs(0))
+            for n in poi_net.NULL_FROM}
+  r, _ = models["coattention"].encode(*(batch[k] for k in ("input_ids", "attention_mask",
+                                                          "token_type_ids", "pos_tags",
+                                                          "con_start", "con_end")),
+                                      deterministic=True)
+  zero = np.flatnonzero(np.all(np.asarray(r[:, 0]) == 0, axis=-1))
+  assert len(zero) >= 3  # [CLS] scored 0 in these rows
+
+  def null_score(model):
+    out = model(batch)
+    null = (out["start_logits"] + out["end_logits"])[zero, 0]
+    return jnp.sum(null * jnp.arange(1, 1 + len(zero)))
+
+  outs = {n: m(batch) for n, m in models.items()}
+  bias = float(jnp.sum(models["coattention"].qa_outputs.bias.get_value()))
+  paper_null = np.asarray(outs["coattention"]["start_logits"] + outs["coattention"]["end_logits"])
+  np.testing.assert_allclose(paper_null[zero, 0], bias, atol=1e-6)  # the bias, whatever the input
+  enc_null = np.asarray(outs["encoder"]["start_logits"] + outs["encoder"]["end_logits"])[zero, 0]
+  assert np.std(enc_null) > 1e-3
+  for k in ("start_logits", "end_logits"):
+    np.testing.assert_array_equal(np.asarray(outs["encoder"][k])[:, 1:],
+                                  np.asarray(outs["coattention"][k])[:, 1:])
+  for name, model in models.items():
+    g = nnx.grad(null_score)(model)
+    enc = max(float(jnp.abs(x).max()) for x in jax.tree.leaves(g["encoder"]))
+    head = float(jnp.abs(g["qa_outputs"]["kernel"].get_value()).max())
+    if name == "coattention":
+      assert enc == 0.0 and head == 0.0
+    else:
+      assert enc > 1e-6 and head > 1e-6
+
+
+def test_unknown_null_from_is_an_error():
+  with pytest.raises(ValueError, match="null_from"):
+    poi_net.PoiNetForQuestionAnswering(encoders.EncoderConfig(**ALBERT), null_from="cls",
+                                       rngs=nnx.Rngs(0))

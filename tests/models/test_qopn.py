@@ -81,8 +81,10 @@ def _forward(model, batch):
   return model(batch, deterministic=True)
 
 
-CASES = [("bert", "paper", 2, 1, 0, {}), ("roberta", "transformer", 1, 2, 1, {}),
-         ("bert", "paper", 3, 1, 2, dict(use_qoii=False))]
+CASES = [("bert", "paper", 2, 1, 0, dict(output_projection=True)),
+         ("roberta", "transformer", 1, 2, 1, dict(output_projection=True)),
+         ("bert", "paper", 3, 1, 2, dict(use_qoii=False)),
+         ("roberta", "paper_residual", 2, 2, 3, {})]
 
 
 @pytest.mark.parametrize("model_type,style,num_blocks,sep,seed,flags", CASES)
@@ -112,7 +114,7 @@ def test_model_matches_pytorch(tmp_path, model_type, style, num_blocks, sep, see
 def test_model_block_gradients_match_pytorch(tmp_path):
   rng = np.random.default_rng(4)
   layout, k, length = U.random_layout(rng, batch=2, k_max=3, sep_between=1)
-  model, ref, pad = _models(tmp_path, "bert", "paper", 2, 4)
+  model, ref, pad = _models(tmp_path, "bert", "paper_residual", 2, 4)  # the default blocks
   batch = _batch(layout, k, length, pad, "bert", rng)
   cands = U.candidate_positions(layout, k, length)
   ys, ye = [0, len(cands[1]) - 1], [len(cands[0]) - 1, len(cands[1]) - 1]
@@ -123,7 +125,7 @@ def test_model_block_gradients_match_pytorch(tmp_path):
   lp = _ref_log_probs(ref, batch, layout)
   qopn_torch.loss([a for a, _ in lp], [b for _, b in lp], ys, ye).backward()
   g = U.pure(grads)
-  named = U.reasoning_as_torch(g["reasoning"]["blocks"], g["qa_outputs"], "paper", 2,
+  named = U.reasoning_as_torch(g["reasoning"]["blocks"], g["qa_outputs"], "paper_residual", 2,
                                stacked=True)
   U.assert_grads_close(named, ref)
   # the encoder receives gradient through the blocks (word embeddings of the real tokens)

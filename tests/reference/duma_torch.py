@@ -1,5 +1,6 @@
 """PyTorch reference of DUMA's paper variant, built on torch.nn.MultiheadAttention (equation (1)
-of the paper: per-head projections, softmax(QK^T/sqrt(d_k))V, concat, W^O). Test-only."""
+of the paper: per-head projections, softmax(QK^T/sqrt(d_k))V, concat, W^O; a layer without W^O
+gets the identity there, with zero bias). Test-only."""
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,12 @@ class Block(torch.nn.Module):
                                                g(att.value.kernel).T]))
       self.mha.in_proj_bias.copy_(torch.cat([g(att.query.bias), g(att.key.bias),
                                              g(att.value.bias)]))
-      self.mha.out_proj.weight.copy_(g(att.output.kernel).T)
-      self.mha.out_proj.bias.copy_(g(att.output.bias))
+      if att.output is None:  # no W^O: Concat(heads) itself
+        self.mha.out_proj.weight.copy_(torch.eye(self.mha.embed_dim))
+        self.mha.out_proj.bias.zero_()
+      else:
+        self.mha.out_proj.weight.copy_(g(att.output.kernel).T)
+        self.mha.out_proj.bias.copy_(g(att.output.bias))
       if self.block == "transformer":
         for mine, theirs in ((self.ln1, att.LayerNorm), (self.ln2, att.ffn_LayerNorm)):
           mine.weight.copy_(g(theirs.scale))

@@ -5,9 +5,12 @@ Everything runs one example at a time on its REAL parts only: the K real segment
 its real tokens, so no padding mask is needed anywhere and a masking mistake in the Flax code
 cannot be mirrored here.
 
-* Multi-head attention: ``torch.nn.MultiheadAttention`` (per-head projections, softmax(QK^T /
-  sqrt(d_head)) V, output projection); ``block_style="transformer"`` wraps it as
-  ``LN(x + MHA(x))`` then ``LN(h + FFN(h))`` with a GELU FFN of width 4D.
+* Multi-head attention: with ``output_projection``, ``torch.nn.MultiheadAttention`` (per-head
+  projections, softmax(QK^T / sqrt(d_head)) V, output projection W^O); without it, eq. 2-3 as
+  written (Q, K, V projections, per-head softmax(QK^T / sqrt(d_head)) V, heads concatenated, no
+  W^O), computed here head by head. ``block_style="paper"``: that alone;
+  ``"paper_residual"``: ``LN(x + MHA(x))``; ``"transformer"``: ``LN(x + MHA(x))`` then
+  ``LN(h + FFN(h))`` with a GELU FFN of width 4D.
 * QOII (eq. 2-3): for each question row i (the first special token + the question),
   ``R_i = [H_i^0 .. H_i^{K-1}]`` (K x D) attends over the K segments.
 * GBIF (eq. 4-6): ``u = [R; R^; R*R^; R-R^]``, ``F = tanh(W_f u + b_f)``, ``G = sigmoid(W_g u +
@@ -24,31 +27,52 @@ import torch.nn.functional as F
 
 class Attention(torch.nn.Module):
 
-  def __init__(self, dim, heads, block_style):
+  def __init__(self, dim, heads, block_style, output_projection=True):
     super().__init__()
-    self.mha = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
-    self.block_style = block_style
-    if block_style == "transformer":
+    assert block_style in ("paper", "paper_residual", "transformer"), block_style
+    self.heads, self.block_style = heads, block_style
+    if output_projection:
+      self.mha = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+    else:  # eq. 2: W_q, W_k, W_v and their biases; eq. 3 has no output projection
+      self.mha = None
+      self.wq, self.wk, self.wv = (torch.nn.Linear(dim, dim) for _ in "qkv")
+    if block_style in ("paper_residual", "transformer"):
       self.ln1 = torch.nn.LayerNorm(dim, eps=1e-12)
+    if block_style == "transformer":
       self.ff1 = torch.nn.Linear(dim, 4 * dim)
       self.ff2 = torch.nn.Linear(4 * dim, dim)
       self.ln2 = torch.nn.LayerNorm(dim, eps=1e-12)
 
+  def eq3(self, x):
+    """``softmax(Q_h K_h^T / sqrt(d_head)) V_h`` for each head h, concatenated: ``(T, D)``."""
+    dh = x.shape[-1] // self.heads
+    q, k, v = self.wq(x), self.wk(x), self.wv(x)
+    outs = []
+    for h in range(self.heads):
+      cut = slice(h * dh, (h + 1) * dh)
+      p = torch.softmax(q[:, cut] @ k[:, cut].T / dh ** 0.5, dim=-1)
+      outs.append(p @ v[:, cut])
+    return torch.cat(outs, dim=-1)
+
   def forward(self, x):
     """``x (T, D)`` -> ``(T, D)``: every row attends to every row."""
-    out = self.mha(x[None], x[None], x[None], need_weights=False)[0][0]
-    if self.block_style == "transformer":
+    if self.mha is not None:
+      out = self.mha(x[None], x[None], x[None], need_weights=False)[0][0]
+    else:
+      out = self.eq3(x)
+    if self.block_style in ("paper_residual", "transformer"):
       out = self.ln1(out + x)
+    if self.block_style == "transformer":
       out = self.ln2(self.ff2(F.gelu(self.ff1(out))) + out)
     return out
 
 class Block(torch.nn.Module):
 
-  def __init__(self, dim, heads, block_style="paper", use_qoii=True, use_gbif=True,
-               use_qgip=True):
+  def __init__(self, dim, heads, block_style="paper_residual", output_projection=False,
+               use_qoii=True, use_gbif=True, use_qgip=True):
     super().__init__()
-    self.qoii = Attention(dim, heads, block_style)
-    self.qgip = Attention(dim, heads, block_style)
+    self.qoii = Attention(dim, heads, block_style, output_projection)
+    self.qgip = Attention(dim, heads, block_style, output_projection)
     self.fusion = torch.nn.Linear(4 * dim, dim)  # W_f, b_f
     self.gate = torch.nn.Linear(4 * dim, dim)  # W_g, b_g
     self.use_qoii, self.use_gbif, self.use_qgip = use_qoii, use_gbif, use_qgip

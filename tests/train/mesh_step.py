@@ -24,10 +24,13 @@ def main(data, fsdp, tensor, out_path):
     config.train.batch_size = 8
     config.model.encoder.hidden_size = 64
     config.model.encoder.num_attention_heads = 4
+    # lr > 0 at the first step (the tiny config warms up from 0: its first step would not move
+    # the parameters, and equal parameters across meshes would prove nothing)
+    config.optim.warmup_steps = 0
   from poi_jax.train import mesh as mesh_lib
   mesh = mesh_lib.make_mesh(config.mesh)
   model = tasks.build_model(config, nnx.Rngs(0))
-  tx, _ = optim.make_optimizer(config.optim, 10)
+  tx, schedule = optim.make_optimizer(config.optim, 10)
   optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
   rng = np.random.default_rng(0)
   b, l = 8, 32
@@ -47,6 +50,7 @@ def main(data, fsdp, tensor, out_path):
   with jax.set_mesh(mesh):
     run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
                           {k: v.ndim for k, v in batch.items() if k != "example_mask"})
+    before = _leaves(run.state)
     run.state, out = run.train_step(run.state, placement.global_batch(batch, mesh))
   params = {}
   specs = {}
@@ -56,9 +60,18 @@ def main(data, fsdp, tensor, out_path):
     name = jax.tree_util.keystr(path)
     params[name] = np.asarray(x)
     specs[name] = str(tuple(x.sharding.spec))
-  np.savez(out_path, loss=np.asarray(out["loss"]), names=np.array(sorted(params)),
-           specs=np.array([specs[k] for k in sorted(params)]),
-           **{f"p{i}": params[k] for i, k in enumerate(sorted(params))})
+  np.savez(out_path, loss=np.asarray(out["loss"]), lr0=np.asarray(schedule(0)),
+           names=np.array(sorted(params)), specs=np.array([specs[k] for k in sorted(params)]),
+           **{f"p{i}": params[k] for i, k in enumerate(sorted(params))},
+           **{f"b{i}": before[k] for i, k in enumerate(sorted(params))})
+
+
+def _leaves(state) -> dict:
+  """``{key path: numpy copy}`` of every array of the train state (PRNG keys left out)."""
+  import jax
+  return {jax.tree_util.keystr(path): np.array(x)
+          for path, x in jax.tree_util.tree_leaves_with_path(state)
+          if not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)}
 
 
 if __name__ == "__main__":

@@ -28,14 +28,32 @@ def test_squad2_tiny_end_to_end(tmp_path, data_dir):
   r = _main(tmp_path, "configs/squad2.py:tiny", "--config.train.log_every=5")
   assert r.returncode == 0, r.stderr[-3000:]
   results = json.loads((tmp_path / "eval_results.json").read_text())
-  assert results["total"] == 80 and 0.0 <= results["f1"] <= 100.0
-  assert results["best_exact"] <= 100.0
+  assert results["total"] == 80
   preds = json.loads((tmp_path / "predictions.json").read_text())
   assert len(preds) == 80 and all(isinstance(v, str) for v in preds.values())
   lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   losses = [x["loss"] for x in lines if "loss" in x]
   assert len(losses) == 4 and all(np.isfinite(losses))  # 20 steps, one record every 5
   assert {"lr", "grad_norm", "examples_per_s"} <= set(lines[0])
+
+
+def test_squad2_tiny_memorises_a_small_fixed_set(tmp_path, data_dir):
+  """A loop that trains lowers the loss on 8 questions it sees 20 times: from the first step's
+  (the untrained model) by over a quarter by steps 36-40, step after step (measured: 4.86 ->
+  3.08, falling from each 10-step stretch to the next). A step that drops its update, a wrong gradient or a
+  zero learning rate leaves it flat (warmup off: lr > 0 from the first step)."""
+  r = _main(tmp_path, "configs/squad2.py:tiny", "--config.data.max_train_examples=8",
+            "--config.data.max_eval_examples=8", "--config.train.max_steps=40",
+            "--config.train.log_every=1", "--config.train.save_every=1000",
+            "--config.optim.warmup_steps=0")
+  assert r.returncode == 0, r.stderr[-3000:]
+  lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  losses = {x["step"]: x["loss"] for x in lines if "loss" in x}
+  assert sorted(losses) == list(range(1, 41))
+  # 10-step means: each holds both batches of the 16 windows 5 times
+  means = [np.mean([losses[s] for s in range(a, a + 10)]) for a in range(1, 41, 10)]
+  assert all(b < a for a, b in zip(means, means[1:])), means
+  assert means[-1] < 0.75 * losses[1], (losses[1], means)
 
 
 def test_dream_tiny_duma_end_to_end(tmp_path, data_dir):

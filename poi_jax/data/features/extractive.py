@@ -29,7 +29,7 @@ from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, ori
 from poi_jax.data.records import SquadExample
 
 # Bump when the features this module builds change (the cache key includes it).
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3  # 3: data.pos_lowercase (cased POS tags by default)
 
 
 def _truncate_question(tokenizer, question: str, max_query_length: int) -> str:
@@ -81,11 +81,14 @@ _COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_st
 
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
                               doc_stride: int, max_query_length: int, is_training: bool,
-                              with_pos: bool = True, pos_alignment: str = "offsets") -> Features:
+                              with_pos: bool = True, pos_alignment: str = "offsets",
+                              pos_lowercase: bool = False) -> Features:
   """Windows of every example; training drops answers whose text does not match the context at
   ``answer_start`` (counted in ``meta["skipped_mismatch"]``, as the original pipeline skips
   them).
 
+  ``pos_lowercase``: tag the lowercased text (the released pipeline) instead of the cased text
+  (`poi_jax.data.pos`).
   ``pos_alignment``: ``offsets`` (each sub-token takes the tag of the NLTK word covering it) or
   ``original`` (`pos.align_original` over the question's and the whole context's sub-tokens,
   then cut into the windows; ``meta["pos_original_past_end"]`` lists the ``qid:field`` where
@@ -106,7 +109,8 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
                     stride=doc_stride, return_overflowing_tokens=True,
                     return_offsets_mapping=True, padding="max_length",
                     return_token_type_ids=True)
-    pos = _ExamplePos.build(tokenizer, ex, pos_alignment, past_end) if with_pos else None
+    pos = (_ExamplePos.build(tokenizer, ex, pos_alignment, past_end, pos_lowercase)
+           if with_pos else None)
     for w in range(len(enc["input_ids"])):
       row = _window_row(enc, w, ex, question, answer, max_seq_length)
       if pos is not None:
@@ -172,12 +176,14 @@ class _ExamplePos:
   first_window_len: int | None = None
 
   @classmethod
-  def build(cls, tokenizer, ex: SquadExample, alignment: str, past_end: list) -> "_ExamplePos":
+  def build(cls, tokenizer, ex: SquadExample, alignment: str, past_end: list,
+            lowercase: bool = False) -> "_ExamplePos":
     # The whole question is tagged (as the released code does): cutting it first would change
     # the tagger's context for its last words. The kept question is a prefix of it, so the
     # offsets index both.
-    pos = cls(ex.question, ex.context, ex.qid, alignment, pos_lib.tag_words(ex.question),
-              pos_lib.tag_words(ex.context))
+    pos = cls(ex.question, ex.context, ex.qid, alignment,
+              pos_lib.tag_words(ex.question, lowercase=lowercase),
+              pos_lib.tag_words(ex.context, lowercase=lowercase))
     if alignment == "original":
       full = tokenizer(ex.context, add_special_tokens=False, return_offsets_mapping=True)
       pos.full_offsets = [tuple(o) for o in full["offset_mapping"]]

@@ -20,7 +20,7 @@ from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, ori
 from poi_jax.data.records import ChoiceExample, DataError
 
 # Bump when the features this module builds change (the cache key includes it).
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3  # 3: data.pos_lowercase (cased POS tags by default)
 
 
 def check_choice_examples(examples: list[ChoiceExample]) -> None:
@@ -47,9 +47,12 @@ def _check_room(ex: ChoiceExample, seconds: list[str], tokenizer, max_seq_length
 
 
 def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_length: int,
-                          with_pos: bool = True, pos_alignment: str = "offsets") -> Features:
+                          with_pos: bool = True, pos_alignment: str = "offsets",
+                          pos_lowercase: bool = False) -> Features:
   """One sequence per option of every question (see the module docstring).
 
+  ``pos_lowercase``: tag the lowercased text (the released pipeline) instead of the cased text
+  (`poi_jax.data.pos`).
   ``pos_alignment``: ``offsets`` (each sub-token takes the tag of the NLTK word covering it) or
   ``original`` (`pos.align_original` over the sub-tokens of the whole passage and of
   question+option; ``meta["pos_original_past_end"]`` lists where the released code would have
@@ -75,7 +78,7 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
       _check_room(ex, seconds, tokenizer, max_seq_length)
       raise
     if with_pos:
-      p_tags = pos_lib.tag_words(ex.passage)
+      p_tags = pos_lib.tag_words(ex.passage, lowercase=pos_lowercase)
       if pos_alignment == "original":
         full = tokenizer(ex.passage, add_special_tokens=False)
         p_orig = original_ids(tokenizer, full["input_ids"], p_tags, past_end, ex.qid, "passage")
@@ -92,7 +95,7 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
       n_real = sum(enc["attention_mask"][o])
       tags = np.zeros(max_seq_length, np.int32)
       if with_pos:
-        s_tags = pos_lib.tag_words(seconds[o])
+        s_tags = pos_lib.tag_words(seconds[o], lowercase=pos_lowercase)
         if pos_alignment == "offsets":
           tags[first] = offset_tags(ex.passage, [offs[i] for i in first], p_tags)
           tags[second] = offset_tags(seconds[o], [offs[i] for i in second], s_tags)

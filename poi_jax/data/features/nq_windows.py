@@ -13,8 +13,10 @@ Per example (the original NQ_BERT-DM preprocessing, ``../shared/specs/nq_graph.m
 * Question: the tokenizer's pieces of ``question_text``, only the **last** ``max_query_length``
   kept.
 * Windows: ``[CLS] q [SEP] doc[s:s+m] [SEP]`` with ``m = max_seq_length - |q| - 3``; window
-  starts advance by ``doc_stride`` sub-tokens (the original BERT convention: the stride is the
-  step, not the overlap) until the document end is inside a window.
+  starts advance by ``window_step`` sub-tokens (``data.nq.window_step``: the original NQ/BERT
+  ``doc_stride``, a step between window starts, not an overlap; two windows share
+  ``m - window_step`` tokens) until the document end is inside a window. It has its own name
+  because ``data.doc_stride`` of the SQuAD features is the overlap (docs/data.md).
 * Graph (`poi_jax.data.features.nq_graph`): [CLS] is sentence/paragraph 0, the question 1, the
   first [SEP] joins the window's first document sentence, the final [SEP] its last.
 * Labels (training; answer type 0 UNKNOWN, 1 YES, 2 NO, 3 SHORT, 4 LONG; from the first
@@ -162,13 +164,15 @@ def _compact(x: np.ndarray) -> np.ndarray:
   return np.unique(x, return_inverse=True)[1].reshape(-1) if len(x) else x
 
 
-def window_starts(doc_len: int, max_doc: int, doc_stride: int) -> list[int]:
+def window_starts(doc_len: int, max_doc: int, window_step: int) -> list[int]:
+  """Starts of the windows of ``max_doc`` tokens over ``doc_len`` tokens, ``window_step`` apart
+  (at most ``max_doc``: no token is skipped), the last one holding the document end."""
   starts, s = [], 0
   while True:
     starts.append(s)
     if s + max_doc >= doc_len:
       return starts
-    s += min(max_doc, doc_stride)
+    s += min(max_doc, window_step)
 
 
 def _example_labels(ex: NqExample, top: list[int], orig: np.ndarray, para: np.ndarray):
@@ -197,7 +201,7 @@ def _example_labels(ex: NqExample, top: list[int], orig: np.ndarray, para: np.nd
 
 
 def build_nq_features(records: list[NqExample], tokenizer, *, max_seq_length: int,
-                      doc_stride: int, max_query_length: int, max_sentences: int,
+                      window_step: int, max_query_length: int, max_sentences: int,
                       max_paragraphs: int, is_training: bool, include_unknowns: float,
                       seed: int, max_position: int = MAX_POSITION) -> Features:
   layout = g.NodeLayout(max_seq_length, max_sentences, max_paragraphs)
@@ -220,7 +224,7 @@ def build_nq_features(records: list[NqExample], tokenizer, *, max_seq_length: in
                                   else (UNKNOWN, None, None))
     rng = np.random.default_rng([seed, zlib.crc32(ex.example_id.encode())])
     off = len(q) + 2
-    for ws in window_starts(len(ids), max_doc, doc_stride):
+    for ws in window_starts(len(ids), max_doc, window_step):
       we = min(ws + max_doc, len(ids))
       n_doc = we - ws
       # Labels.

@@ -29,6 +29,7 @@ def _word_spans(text: str, word_tags) -> tuple[list[int], list[tuple[int, int, s
     candidates = [word] + ({"``": ['"', "''"], "''": ['"', "``"]}.get(word, []))
     found = -1
     for c in candidates:
+      c = c.lower()  # the words are cased unless data.pos_lowercase
       found = low.find(c, pos)
       if found >= 0:
         spans.append((found, found + len(c), tag, k))
@@ -68,6 +69,9 @@ def original_ids(tokenizer, token_ids, word_tags, past_end: list, record_id: str
   subtokens = tokenizer.convert_ids_to_tokens(list(token_ids))
   if not word_tags:
     return [pos_lib.OTHER_ID] * len(subtokens)
+  # The released code matches sub-tokens against the words of the lowercased text: cased tags
+  # (data.pos_lowercase=False) are matched by their lowercased words, so only the tags change.
+  word_tags = [(w.lower(), t) for w, t in word_tags]
   try:
     return pos_lib.align_original(subtokens, word_tags)
   except IndexError:
