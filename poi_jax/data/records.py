@@ -33,7 +33,7 @@ def load_json(path: str):
   try:
     return json.loads(text)
   except json.JSONDecodeError as e:
-    why = ("truncated: the JSON ends early" if e.pos >= len(text.rstrip())
+    why = ("not valid JSON: truncated (it ends early)" if e.pos >= len(text.rstrip())
            else f"not valid JSON ({e.msg})")
     raise DataError(path, None, None, f"{why} at line {e.lineno}, column {e.colno}") from None
 
