@@ -26,6 +26,7 @@ setup(
         "grain",
         "tensorboardX",
         "numpy",
+        "ijson>=3.2",  # streaming readers of one-document JSON corpora (SQuAD, DREAM, NewsQA)
     ],
     extras_require={
         # torch is pinned: an unpinned torch pulls several GB of CUDA wheels.

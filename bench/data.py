@@ -72,7 +72,7 @@ def main() -> None:
   logging.getLogger("poi_jax").setLevel(logging.ERROR)
   workers = [int(w) for w in args.workers.split(",")]
   tokenizer = load_tokenizer(resolve_checkpoint("minilm"))
-  cap = (lambda r: r) if args.max_examples < 0 else (lambda r: r[:args.max_examples])
+  cap = (lambda r: list(r)) if args.max_examples < 0 else (lambda r: list(r)[:args.max_examples])
   jobs = [("squad2-subset", squad_task, squad2.get_config("minilm"),
            cap(read_squad(SHARED / "squad2" / "squad2-dev-subset.json"))),
           ("race-dev", choice_task, race.get_config("minilm"),

@@ -40,7 +40,7 @@ def main() -> None:
   from poi_jax.models.encoders.load import load_pretrained
 
   encoder, tokenizer, _ = load_pretrained("minilm")
-  examples = read_squad(args.squad)[:args.questions]
+  examples = list(read_squad(args.squad))[:args.questions]
   f = build_extractive_features(examples, tokenizer, max_seq_length=256, doc_stride=128,
                                 max_query_length=64, is_training=False, with_pos=False)
   a = f.arrays

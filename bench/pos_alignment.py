@@ -40,7 +40,7 @@ def main() -> None:
   from poi_jax.models.encoders.load import load_tokenizer, resolve_checkpoint
   hf_logging.set_verbosity_error()  # long contexts are tokenised whole on purpose
   tokenizer = load_tokenizer(resolve_checkpoint(args.tokenizer))
-  result = squad_agreement(read_squad(args.squad), tokenizer)
+  result = squad_agreement(list(read_squad(args.squad)), tokenizer)
   print(f"POS alignment offsets vs original, {args.squad}, tokenizer {args.tokenizer} "
         f"({type(tokenizer).__name__})")
   for name in ("question", "context", "all"):

@@ -55,7 +55,7 @@ def main() -> None:
   from poi_jax.data.readers import read_squad
   from poi_jax.models.encoders.load import load_tokenizer, resolve_checkpoint
   hf_logging.set_verbosity_error()
-  examples = read_squad(args.squad)
+  examples = list(read_squad(args.squad))
   contexts = list(dict.fromkeys(ex.context for ex in examples))
   print(f"POS tags on cased vs lowercased text, {args.squad}")
   print(f"[questions]\n{word_table([ex.question for ex in examples], tag_words)}")

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from poi_jax.data.readers.nq import NqExample
+from poi_jax.data.records import NqExample
 
 NULL_SCORE = -1e30
 TARGETS = (0.5, 0.75, 0.9)

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from poi_jax.data.features import oracle
+from poi_jax.data.features import offline_views, oracle
 from poi_jax.data.features import views as views_lib
 from poi_jax.data.features import vocab as vocab_lib
 from poi_jax.data.features.base import Features
@@ -34,8 +34,9 @@ def read(config, split):
   n = config.data.narrativeqa
   path = base.local_path(config, split)
   which = n.train_set if split == "train" else n.eval_set
-  return reader.read_narrativeqa(path, which, summaries_path=n.summaries_file or None,
-                                 lexicon_path=config.model.dassa.lexicon or None)
+  records = reader.read_narrativeqa(path, which, summaries_path=n.summaries_file or None)
+  return list(offline_views.with_offline_views(records,
+                                               lexicon_path=config.model.dassa.lexicon or None))
 
 
 def _doc_views(config, doc, cache):

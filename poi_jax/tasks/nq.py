@@ -19,7 +19,8 @@ METRIC = "long-best-threshold-f1"
 
 
 def read(config, split):
-  return nq_reader.read_nq(base.local_path(config, split), require_answers=split != "predict")
+  return list(nq_reader.read_nq(base.local_path(config, split),
+                                require_answers=split != "predict"))
 
 
 def feature_options(config, is_training: bool) -> dict:

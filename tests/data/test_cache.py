@@ -28,7 +28,7 @@ def tokenizer(minilm_dir):
 
 @pytest.fixture(scope="module")
 def examples(data_dir):
-  return read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:12]
+  return list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:12]
 
 
 class Counter:
@@ -166,14 +166,14 @@ def test_tasks_featurize_through_the_cache(tmp_path, tokenizer, data_dir, monkey
   c.data.cache_dir = str(tmp_path / "squad")
   c.data.num_workers = 0
   c.data.max_seq_length, c.data.doc_stride, c.data.max_query_length = 64, 24, 16
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:8]
+  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:8]
   first = squad_task.featurize(examples, tokenizer, c, is_training=True)
   d = dream.get_config("tiny")
   d.unlock()
   d.data.cache_dir = str(tmp_path / "dream")
   d.data.num_workers = 0
   d.data.max_seq_length = 64
-  records = read_dream(data_dir / "dream" / "dev.json")[:6]
+  records = list(read_dream(data_dir / "dream" / "dev.json"))[:6]
   first_mc = choice_task.featurize(records, tokenizer, d, is_training=False)
 
   def no_build(*a, **k):

@@ -26,7 +26,7 @@ def tokenizer(minilm_dir):
 @pytest.fixture(scope="module")
 def squad(data_dir):
   path = data_dir / "squad2" / "squad2-dev-subset.json"
-  return read_squad(path), json.loads(path.read_text())["data"]
+  return list(read_squad(path)), json.loads(path.read_text())["data"]
 
 
 def test_gold_logits_decode_to_em_f1_100_on_the_whole_subset(tokenizer, squad):

@@ -21,7 +21,7 @@ def tokenizer(minilm_dir):
 
 
 def test_dream_boundaries_and_truncation(tokenizer, data_dir):
-  ex = read_dream(data_dir / "dream" / "dev.json")[:12]
+  ex = list(read_dream(data_dir / "dream" / "dev.json"))[:12]
   f = build_choice_features(ex, tokenizer, max_seq_length=64, with_pos=True)
   a = f.arrays
   n, c, length = a["input_ids"].shape
@@ -43,7 +43,7 @@ def test_dream_boundaries_and_truncation(tokenizer, data_dir):
 
 
 def test_race_accuracy_by_level(tokenizer, data_dir):
-  ex = read_race(data_dir / "race" / "dev", "all")
+  ex = list(read_race(data_dir / "race" / "dev", "all"))
   ex = ex[:5] + ex[-5:]
   f = build_choice_features(ex, tokenizer, max_seq_length=64, with_pos=False)
   logits = np.zeros((10, 4))
@@ -56,7 +56,7 @@ def test_race_accuracy_by_level(tokenizer, data_dir):
 
 
 def test_differing_option_counts_name_the_record(tokenizer, data_dir):
-  ex = read_dream(data_dir / "dream" / "dev.json")[:2]
+  ex = list(read_dream(data_dir / "dream" / "dev.json"))[:2]
   ex[1].options = ex[1].options[:2]
   with pytest.raises(DataError, match=rf"record '{ex[1].qid}', field 'options'"):
     build_choice_features(ex, tokenizer, max_seq_length=64, with_pos=False)

@@ -48,9 +48,9 @@ def _simplified(ex):
 
 
 def test_full_and_simplified_formats_read_the_same_document(tmp_path, pages):
-  full = reader.read_nq(_write(tmp_path / "full.jsonl.gz", pages))
-  simple = reader.read_nq(_write(tmp_path / "simple.jsonl", [_simplified(p) for p in pages],
-                                 gz=False))
+  full = list(reader.read_nq(_write(tmp_path / "full.jsonl.gz", pages)))
+  simple = list(reader.read_nq(_write(tmp_path / "simple.jsonl", [_simplified(p) for p in pages],
+                                 gz=False)))
   assert len(full) == len(simple) == len(pages)
   for a, b, raw in zip(full, simple, pages):
     assert a.tokens == b.tokens == [t["token"] for t in raw["document_tokens"]]
@@ -60,7 +60,7 @@ def test_full_and_simplified_formats_read_the_same_document(tmp_path, pages):
     assert a.annotations[0].candidate_index == b.annotations[0].candidate_index
     assert b.token_bytes is None and a.token_bytes[1][0] >= 0
   # a directory of shards
-  assert len(reader.read_nq(str(tmp_path))) == 2 * len(pages)
+  assert len(list(reader.read_nq(str(tmp_path)))) == 2 * len(pages)
 
 
 BAD = [
@@ -77,14 +77,14 @@ def test_bad_input_names_file_line_and_example_id(tmp_path, pages, break_it, nee
   break_it(objs[2])
   path = _write(tmp_path / "bad.jsonl.gz", objs)
   with pytest.raises(DataError) as e:
-    reader.read_nq(path)
+    list(reader.read_nq(path))
   msg = str(e.value)
   assert f"bad.jsonl.gz:3" in msg and str(objs[2]["example_id"]) in msg and needle in msg
 
 
 def test_predict_split_needs_no_annotations(tmp_path, pages):
   objs = [{k: v for k, v in p.items() if k != "annotations"} for p in pages[:2]]
-  recs = reader.read_nq(_write(tmp_path / "q.jsonl.gz", objs), require_answers=False)
+  recs = list(reader.read_nq(_write(tmp_path / "q.jsonl.gz", objs), require_answers=False))
   assert [r.annotations for r in recs] == [[], []]
 
 
@@ -135,7 +135,7 @@ def test_sentences_are_split_by_spacys_sentencizer_as_in_the_original():
 
 
 def test_windows_labels_and_graph(tokenizer, pages, tmp_path):
-  recs = reader.read_nq(_write(tmp_path / "p.jsonl.gz", pages))
+  recs = list(reader.read_nq(_write(tmp_path / "p.jsonl.gz", pages)))
   f = nq_windows.build_nq_features(recs, tokenizer, is_training=False, **OPTS)
   a, m = f.arrays, f.meta
   assert f.meta["sentence_splitter"] in ("spacy-sentencizer", "nltk-punkt")
@@ -174,7 +174,7 @@ def test_long_only_windows_ignore_the_short_loss_and_nulls_are_sampled(tokenizer
   for o in objs:
     for ann in o["annotations"]:
       ann["short_answers"] = []
-  recs = reader.read_nq(_write(tmp_path / "l.jsonl.gz", objs))
+  recs = list(reader.read_nq(_write(tmp_path / "l.jsonl.gz", objs)))
   opts = dict(OPTS, max_seq_length=320, window_step=64)  # windows that hold whole paragraphs
   ev = nq_windows.build_nq_features(recs, tokenizer, is_training=False, **opts)
   long = ev.arrays["answer_type"] == nq_windows.LONG

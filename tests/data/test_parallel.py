@@ -35,7 +35,7 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("alignment", ["offsets", "original"])
 def test_extractive_two_workers_equal_in_process(tokenizer, data_dir, alignment):
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:60]
+  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:60]
   opts = dict(max_seq_length=64, doc_stride=24, max_query_length=16, is_training=True,
               with_pos=True, pos_alignment=alignment)
   single = extractive.build_extractive_features(examples, tokenizer, **opts)
@@ -50,7 +50,7 @@ def test_extractive_two_workers_equal_in_process(tokenizer, data_dir, alignment)
 
 
 def test_in_process_chunks_equal_one_call(tokenizer, data_dir):
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:30]
+  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:30]
   opts = dict(max_seq_length=64, doc_stride=24, max_query_length=16, is_training=False,
               with_pos=False)
   single = extractive.build_extractive_features(examples, tokenizer, **opts)
@@ -61,7 +61,7 @@ def test_in_process_chunks_equal_one_call(tokenizer, data_dir):
 
 
 def test_choice_two_workers_equal_in_process_and_worker_errors_arrive(tokenizer, data_dir):
-  records = read_dream(data_dir / "dream" / "dev.json")[:24]
+  records = list(read_dream(data_dir / "dream" / "dev.json"))[:24]
   opts = dict(max_seq_length=64, with_pos=True)
   single = multiple_choice.build_choice_features(records, tokenizer, **opts)
   multi = parallel.featurize(multiple_choice.build_choice_features,

@@ -49,7 +49,7 @@ def test_a_rewritten_quote_stalls_the_original_for_good(tokenizer):
 
 
 def test_squad_agreement_runs_and_adds_up(tokenizer, data_dir):
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:40]
+  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:40]
   res = squad_agreement(examples, tokenizer)
   assert res["question"].sequences == 40
   assert res["context"].sequences == len({e.context for e in examples})
@@ -62,7 +62,7 @@ def test_squad_agreement_runs_and_adds_up(tokenizer, data_dir):
 
 
 def test_original_features_cut_the_whole_sequence_tags_into_windows(tokenizer, data_dir):
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:25]
+  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:25]
   f = build_extractive_features(examples, tokenizer, max_seq_length=64, doc_stride=24,
                                 max_query_length=16, is_training=False, with_pos=True,
                                 pos_alignment="original", pos_lowercase=True)

@@ -39,9 +39,9 @@ def test_newsqa_fields_answers_and_drops(tmp_path):
   assert ex.qid == "./cnn/stories/abc.story#0" and ex.context == TEXT
   assert [a["text"] for a in ex.answers] == ["in May", "May", "May after repairs"]
   assert ex.answers[0]["answer_start"] == may[0]  # the consensus is the training target
-  dev = read_newsqa(path, "dev")
+  dev = list(read_newsqa(path, "dev"))
   assert [e.title for e in dev] == ["dev-story"]
-  assert len(read_newsqa(path, "")) == 2
+  assert len(list(read_newsqa(path, ""))) == 2
 
 
 @pytest.mark.parametrize("story,field,msg", [
@@ -76,11 +76,11 @@ def _nlquad(tmp_path, context, answers):
 
 def test_nlquad_reads_and_checks_answers(tmp_path):
   start = TEXT.index("the bridge")
-  ok = read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": start}]))
+  ok = list(read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": start}])))
   assert ok[0].answers[0]["text"] == "the bridge"
   with pytest.raises(DataError, match=r"nlquad.json: record 'q1', field 'answers.text'"):
-    read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": start + 1}]))
+    list(read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": start + 1}])))
   with pytest.raises(DataError, match=r"record 'q1', field 'answers.answer_start'"):
-    read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": 900}]))
+    list(read_nlquad(_nlquad(tmp_path, TEXT, [{"text": "the bridge", "answer_start": 900}])))
   with pytest.raises(DataError, match=r"record 'q1', field 'context': empty article"):
-    read_nlquad(_nlquad(tmp_path, "   ", [{"text": " ", "answer_start": 0}]))
+    list(read_nlquad(_nlquad(tmp_path, "   ", [{"text": " ", "answer_start": 0}])))

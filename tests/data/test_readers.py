@@ -8,7 +8,7 @@ from poi_jax.data.records import DataError
 
 
 def test_squad2_subset_counts(data_dir):
-  ex = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")
+  ex = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))
   assert len(ex) == 4449
   assert sum(e.is_impossible for e in ex) == 2342
   assert len({e.title for e in ex}) == 12
@@ -16,19 +16,19 @@ def test_squad2_subset_counts(data_dir):
 
 
 def test_dream_counts(data_dir):
-  train = read_dream(data_dir / "dream" / "train.json")
-  dev = read_dream(data_dir / "dream" / "dev.json")
+  train = list(read_dream(data_dir / "dream" / "train.json"))
+  dev = list(read_dream(data_dir / "dream" / "dev.json"))
   assert len(train) == 6116 and len({e.qid.rsplit("-", 1)[0] for e in train}) == 3869
   assert len(dev) == 2040 and len({e.qid.rsplit("-", 1)[0] for e in dev}) == 1288
   assert all(len(e.options) == 3 for e in train + dev)
 
 
 def test_race_counts(data_dir):
-  high = read_race(data_dir / "race" / "dev", "high")
-  middle = read_race(data_dir / "race" / "dev", "middle")
+  high = list(read_race(data_dir / "race" / "dev", "high"))
+  middle = list(read_race(data_dir / "race" / "dev", "middle"))
   assert len(high) == 3451 and len({e.source for e in high}) == 1021
   assert len(middle) == 1436 and len({e.source for e in middle}) == 368
-  assert len(read_race(data_dir / "race" / "dev")) == 3451 + 1436
+  assert len(list(read_race(data_dir / "race" / "dev"))) == 3451 + 1436
 
 
 def _squad(tmp_path, qa, context="The cat sat on the mat."):
@@ -42,13 +42,13 @@ def test_bad_squad_records_name_file_record_field(tmp_path):
   p = _squad(tmp_path, {"id": "q1", "question": "Where?", "is_impossible": False,
                         "answers": [{"text": "mat", "answer_start": 99}]})
   with pytest.raises(DataError, match=r"s.json: record 'q1', field 'answers.answer_start'"):
-    read_squad(p)
+    list(read_squad(p))
   p = _squad(tmp_path, {"id": "q2", "is_impossible": True, "answers": []})
   with pytest.raises(DataError, match=r"record 'q2', field 'question'"):
-    read_squad(p)
+    list(read_squad(p))
   (tmp_path / "bad.json").write_text("{not json")
   with pytest.raises(DataError, match=r"bad.json: .*not valid JSON"):
-    read_squad(tmp_path / "bad.json")
+    list(read_squad(tmp_path / "bad.json"))
 
 
 def test_bad_choice_records(tmp_path):
@@ -56,16 +56,16 @@ def test_bad_choice_records(tmp_path):
   p.write_text(json.dumps([[["M: hi"], [{"question": "q", "choice": ["a", "b", "c"],
                                          "answer": "z"}], "5-1"]]))
   with pytest.raises(DataError, match=r"d.json: record '5-1-0', field 'answer'"):
-    read_dream(p)
+    list(read_dream(p))
   (tmp_path / "r" / "high").mkdir(parents=True)
   (tmp_path / "r" / "high" / "1.txt").write_text(json.dumps(
       {"id": "high1.txt", "article": "a", "questions": ["q"], "options": [["x", "y"]],
        "answers": ["D"]}))
   with pytest.raises(DataError, match=r"1.txt: record 'high1.txt-0', field 'answers'"):
-    read_race(tmp_path / "r", "high")
+    list(read_race(tmp_path / "r", "high"))
   (tmp_path / "r" / "high" / "1.txt").write_text(json.dumps({"id": "h", "article": "a"}))
   with pytest.raises(DataError, match=r"record 'h', field 'questions': missing"):
-    read_race(tmp_path / "r", "high")
+    list(read_race(tmp_path / "r", "high"))
 
 
 @pytest.mark.parametrize("content,problem", [
@@ -79,6 +79,6 @@ def test_unreadable_files_name_the_file_and_the_cause(tmp_path, content, problem
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(DataError) as e:
-      reader(path)
+      list(reader(path))
     assert str(e.value).startswith(f"{path}: ") and problem in str(e.value)
     assert "record None" not in str(e.value) and "<file>" not in str(e.value)

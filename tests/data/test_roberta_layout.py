@@ -37,7 +37,7 @@ def _roberta_tokenizer(texts, trim_offsets: bool):
 @pytest.fixture(scope="module")
 def squad(data_dir):
   path = data_dir / "squad2" / "squad2-dev-subset.json"
-  return read_squad(path), json.loads(path.read_text())["data"]
+  return list(read_squad(path)), json.loads(path.read_text())["data"]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["trim_offsets", "untrimmed_offsets"])
@@ -124,7 +124,7 @@ def test_roberta_gold_logits_decode_to_em_100(tokenizer, squad):
 
 
 def test_choice_roberta_layout(tokenizer, data_dir):
-  records = read_dream(data_dir / "dream" / "dev.json")[:10]
+  records = list(read_dream(data_dir / "dream" / "dev.json"))[:10]
   f = build_choice_features(records, tokenizer, max_seq_length=80, with_pos=True)
   a = f.arrays
   eos = tokenizer.convert_tokens_to_ids("</s>")

@@ -41,7 +41,7 @@ def articles(data_dir):
 @pytest.fixture(scope="module")
 def examples(articles, tmp_path_factory):
   path = tmp_path_factory.mktemp("newsqa") / "newsqa.json"
-  return read_newsqa(str(qopn_fixtures.write_newsqa(path, articles)), "train")
+  return list(read_newsqa(str(qopn_fixtures.write_newsqa(path, articles)), "train"))
 
 
 @pytest.fixture(scope="module", params=["bert", "roberta"])

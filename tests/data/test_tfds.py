@@ -50,7 +50,7 @@ def _mock(tfds, rows):
 def test_squad_rows_become_the_same_records_as_the_json_reader(tfds):
   assert CONTEXT[73:79] == "France" and CONTEXT[70:79] == "in France"
   with _mock(tfds, SQUAD_ROWS):
-    got = tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+    got = list(tfds_reader.read_tfds("tfds:squad/v2.0:validation"))
   assert [r.qid for r in got] == ["q1", "q2"]
   a, b = got
   assert a.answers == [{"text": "France", "answer_start": 73},
@@ -63,7 +63,7 @@ def test_squad_rows_become_the_same_records_as_the_json_reader(tfds):
 
 def test_race_rows_become_one_record_per_question(tfds):
   with _mock(tfds, RACE_ROWS):
-    got = tfds_reader.read_tfds("tfds:race/high:dev")
+    got = list(tfds_reader.read_tfds("tfds:race/high:dev"))
   assert [(r.qid, r.label, r.level) for r in got] == [("high1.txt-0", 1, "high"),
                                                       ("high1.txt-1", 0, "high")]
   assert got[0].options == ["white", "black", "red", "blue"]
@@ -73,25 +73,25 @@ def test_bad_tfds_records_name_the_source_record_and_field(tfds):
   bad = [dict(SQUAD_ROWS[0], answers={"text": np.array(["France"]),
                                       "answer_start": np.array([500], np.int32)})]
   with _mock(tfds, bad), pytest.raises(DataError) as err:
-    tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+    list(tfds_reader.read_tfds("tfds:squad/v2.0:validation"))
   assert (err.value.path, err.value.record, err.value.field) == (
       "tfds:squad/v2.0:validation", "q1", "answers.answer_start")
   race = [dict(RACE_ROWS[0], answers=np.array(["B", "E"]))]
   with _mock(tfds, race), pytest.raises(DataError, match="'E' is not one of the 4 options"):
-    tfds_reader.read_tfds("tfds:race/middle:dev")
+    list(tfds_reader.read_tfds("tfds:race/middle:dev"))
 
 
 def test_random_mock_data_goes_through_the_validation(tfds):
   """TFDS's own random examples (answer_start anywhere): the reader validates them."""
   with tfds.testing.mock_data(num_examples=2), pytest.raises(DataError, match="answer"):
-    tfds_reader.read_tfds("tfds:squad/v2.0:validation")
+    list(tfds_reader.read_tfds("tfds:squad/v2.0:validation"))
 
 
 def test_offline_without_prepared_data_is_one_line(tmp_path, monkeypatch):
   monkeypatch.setattr(tfds_reader, "network_reachable", lambda *a, **k: False)
   with pytest.raises(tfds_reader.TfdsUnavailableError) as err:
-    tfds_reader.read_tfds("tfds:squad/v1.1:train", data_dir=str(tmp_path),
-                          hint=" (--config.data.train_file=train-v1.1.json)")
+    list(tfds_reader.read_tfds("tfds:squad/v1.1:train", data_dir=str(tmp_path),
+                          hint=" (--config.data.train_file=train-v1.1.json)"))
   msg = str(err.value)
   assert "\n" not in msg and "no network" in msg
   assert "--config.data.train_file=train-v1.1.json" in msg
@@ -133,7 +133,7 @@ def test_the_default_job_scores_a_tfds_eval_split(tfds, tmp_path, data_dir):
   from poi_jax.data.readers import read_squad
   from poi_jax.eval import squad as squad_metrics
   from poi_jax.train import loop
-  records = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")
+  records = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))
   splits = {"train": _rows(records[:32]), "validation": _rows(records[300:330])}
   c = squad2.get_config("tiny")
   with c.unlocked():

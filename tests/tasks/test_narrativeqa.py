@@ -35,8 +35,8 @@ def _config(variant, nqa_dir, **overrides):
 
 
 def test_reader_and_views_from_csv(nqa_dir):
-  train = reader.read_narrativeqa(str(nqa_dir), "train")
-  valid = reader.read_narrativeqa(str(nqa_dir), "valid")
+  train = list(reader.read_narrativeqa(str(nqa_dir), "train"))
+  valid = list(reader.read_narrativeqa(str(nqa_dir), "valid"))
   assert len({r.document.doc_id for r in train}) == 10
   assert len({r.document.doc_id for r in valid}) == 3
   doc = train[0].document
@@ -53,7 +53,7 @@ def test_csv_row_without_its_summary_is_a_clear_error(tmp_path, nqa_dir):
     w.writerows(rows)
   (tmp_path / "summaries.csv").write_text((nqa_dir / "summaries.csv").read_text())
   with pytest.raises(DataError) as e:
-    reader.read_narrativeqa(str(tmp_path), None)
+    list(reader.read_narrativeqa(str(tmp_path), None))
   # Line 4: the header is line 1, rows[2] is the third record.
   assert str(e.value).startswith(f"{tmp_path / 'qaps.csv'}:4: document 'no-such-doc', field "
                                  f"'document_id': no summary")
@@ -67,9 +67,9 @@ def test_annotated_jsonl_errors_name_the_line(tmp_path):
   path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
   with pytest.raises(DataError, match=r"ann.jsonl:2: document 'd2', field "
                                       r"'questions\[0\].answer2'"):
-    reader.read_annotated(str(path))
+    list(reader.read_annotated(str(path)))
   path.write_text(json.dumps(good) + "\n")
-  (ex,) = reader.read_annotated(str(path))
+  (ex,) = list(reader.read_annotated(str(path)))
   assert ex.qid == "d1-0" and ex.answers == ["b", "A b"]
 
 

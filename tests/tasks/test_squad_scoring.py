@@ -12,7 +12,7 @@ from poi_jax.tasks import squad as squad_task
 
 def test_gold_from_records_scores_like_the_file(data_dir):
   path = data_dir / "squad2" / "squad2-dev-subset.json"
-  records = read_squad(path)[100:400]
+  records = list(read_squad(path))[100:400]
   dataset = json.loads(path.read_text())["data"]
   # Predictions that are right, wrong and empty in turn; null odds that vary.
   preds, odds = {}, {}

@@ -46,7 +46,7 @@ import numpy as np
 
 from poi_jax.data.features import nq_graph
 from poi_jax.data.features.base import Features
-from poi_jax.data.readers.nq import NqExample
+from poi_jax.data.records import NqExample
 from poi_jax import graph_layout as g
 
 FEATURE_VERSION = 1

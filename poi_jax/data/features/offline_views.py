@@ -5,13 +5,14 @@ module (``pdtb_connectives.txt``; no sense, so for the NoSense view and ``sent_s
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from poi_jax.data.features.annotations import Arg, Document, Relation
+from poi_jax.data.records import Arg, Document, Relation
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,3 +95,20 @@ def offline_document(doc_id: str, tokens: Sequence[str], *, lexicon_path: str | 
       relations.append(Relation("Explicit", "", arg1 or Arg(s, cs, cs), arg2, Arg(s, cs, ce)))
   doc.relations = relations
   return doc
+
+
+def with_offline_views(records: Iterable, *, lexicon_path: str | None = None) -> Iterator:
+  """The records (anything with a ``document``, e.g. `records.NarrativeExample`) with each
+  ``plain`` document (NarrativeQA's CSV: tokens only) replaced by its `offline_document`; built
+  once per document, so the questions of one summary share it. Annotated documents pass as
+  they are."""
+  built: dict[tuple[str, str], Document] = {}
+  for r in records:
+    doc = r.document
+    if doc.plain:
+      key = (doc.source, doc.doc_id)
+      if key not in built:
+        built[key] = offline_document(doc.doc_id, doc.tokens, lexicon_path=lexicon_path,
+                                      source=doc.source, line=doc.line)
+      r = dataclasses.replace(r, document=built[key])
+    yield r

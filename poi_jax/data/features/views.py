@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from poi_jax.data.features.annotations import SENSES, SRL_TAGS, Arg, Document, Relation
+from poi_jax.data.records import SENSES, SRL_TAGS, Arg, Document, Relation
 
 MAX_COREF_CLUSTERS = 50
 SENT_SPAN = 3

@@ -21,8 +21,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from typing import Iterator
 
-from poi_jax.data.records import DataError, SquadExample, load_json
+from poi_jax.data import json_stream
+from poi_jax.data.records import DataError, SquadExample
+
+WHAT = "the combined NewsQA object with a 'data' list"
 
 
 @dataclasses.dataclass
@@ -41,7 +45,7 @@ def _span(path, qid, field, ans, text_len) -> tuple[int, int] | None:
   if ans.get("noAnswer") or ans.get("badQuestion"):
     return None
   s, e = ans.get("s"), ans.get("e")
-  if not isinstance(s, int) or not isinstance(e, int):
+  if type(s) is not int or type(e) is not int:
     raise DataError(path, qid, field, "each answer needs int 's' and 'e' (or noAnswer)")
   if not 0 <= s < e <= text_len:
     raise DataError(path, qid, field, f"span [{s}, {e}) is outside the article ({text_len} "
@@ -49,19 +53,14 @@ def _span(path, qid, field, ans, text_len) -> tuple[int, int] | None:
   return s, e
 
 
-def load_newsqa(path: str, split: str = "") -> tuple[list[SquadExample], NewsqaCounts]:
-  """The answerable, good questions of ``split`` and what was dropped."""
-  path = os.fspath(path)
-  data = load_json(path)
-  if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-    raise DataError(path, None, "data", "expected the combined NewsQA object with a 'data' list")
-  has_type = any(isinstance(s, dict) and "type" in s for s in data["data"])
-  counts = NewsqaCounts()
-  out = []
-  for n, story in enumerate(data["data"]):
+def _stories(path: str, split: str, counts: NewsqaCounts) -> Iterator[SquadExample]:
+  has_type = bool(split) and json_stream.has_key(path, "data.item", "type")
+  for n, story in json_stream.iter_array(path, key="data", what=WHAT):
     sid = story.get("storyId", f"<story {n}>") if isinstance(story, dict) else f"<story {n}>"
     if not isinstance(story, dict):
       raise DataError(path, sid, "data", "each story must be an object")
+    if not isinstance(sid, str) or not sid:
+      raise DataError(path, f"<story {n}>", "storyId", "not a string")
     if split and has_type and story.get("type") != split:
       continue
     text = story.get("text")
@@ -70,9 +69,14 @@ def load_newsqa(path: str, split: str = "") -> tuple[list[SquadExample], NewsqaC
     if not text.strip():
       raise DataError(path, sid, "text", "empty article")
     counts.stories += 1
-    for i, qa in enumerate(story.get("questions", [])):
+    questions = story.get("questions", [])
+    if not isinstance(questions, list):
+      raise DataError(path, sid, "questions", "expected a list of questions")
+    for i, qa in enumerate(questions):
       qid = f"{sid}#{i}"
       counts.questions += 1
+      if not isinstance(qa, dict):
+        raise DataError(path, qid, "questions", "each question must be an object")
       q = qa.get("q")
       if not isinstance(q, str) or not q.strip():
         raise DataError(path, qid, "q", "missing or empty question")
@@ -87,25 +91,58 @@ def load_newsqa(path: str, split: str = "") -> tuple[list[SquadExample], NewsqaC
         counts.no_answer += 1
         continue
       spans = [main]
-      for j, a in enumerate(qa.get("answers", [])):
-        for m, src in enumerate(a.get("sourcerAnswers", []) if isinstance(a, dict) else []):
+      answers = qa.get("answers", [])
+      if not isinstance(answers, list):
+        raise DataError(path, qid, "answers", "expected a list")
+      for j, a in enumerate(answers):
+        sourcer = a.get("sourcerAnswers", []) if isinstance(a, dict) else []
+        if not isinstance(sourcer, list):
+          raise DataError(path, qid, f"answers[{j}].sourcerAnswers", "expected a list")
+        for m, src in enumerate(sourcer):
           sp = _span(path, qid, f"answers[{j}].sourcerAnswers[{m}]", src, len(text))
           if sp is not None and sp not in spans:
             spans.append(sp)
-      for j, v in enumerate(qa.get("validatedAnswers", []) or []):
+      validated = qa.get("validatedAnswers", []) or []
+      if not isinstance(validated, list):
+        raise DataError(path, qid, "validatedAnswers", "expected a list")
+      for j, v in enumerate(validated):
         sp = _span(path, qid, f"validatedAnswers[{j}]", v, len(text))
         if sp is not None and sp not in spans:
           spans.append(sp)
       answers = [{"text": text[s:e], "answer_start": s} for s, e in spans]
-      out.append(SquadExample(qid, q, text, answers, False, [], sid, path))
       counts.kept += 1
-  return out, counts
+      yield SquadExample(qid, q, text, answers, False, [], sid, path)
 
 
-def read_newsqa(path: str, split: str = "") -> list[SquadExample]:
-  """`load_newsqa`, logging what was dropped."""
-  examples, counts = load_newsqa(path, split)
+def iter_newsqa(path: str, split: str = "", counts: NewsqaCounts | None = None
+                ) -> Iterator[SquadExample]:
+  """The answerable, good questions of ``split``, one at a time; ``counts`` (updated as the
+  stream goes) says what was dropped. A missing or empty file raises at the call."""
+  path = os.fspath(path)
+  json_stream.check_readable(path)
+  return _stories(path, split, counts if counts is not None else NewsqaCounts())
+
+
+def load_newsqa(path: str, split: str = "") -> tuple[list[SquadExample], NewsqaCounts]:
+  """The answerable, good questions of ``split`` (a list) and what was dropped."""
+  counts = NewsqaCounts()
+  return list(iter_newsqa(path, split, counts)), counts
+
+
+def _logged(path: str, split: str) -> Iterator[SquadExample]:
+  counts = NewsqaCounts()
+  kept = 0
+  for ex in iter_newsqa(path, split, counts):
+    kept += 1
+    yield ex
   logging.info("NewsQA %s (%s): %s", path, split or "all", counts)
-  if not examples:
+  if not kept:
     raise DataError(path, None, "data", f"no answerable question in split {split!r} ({counts})")
-  return examples
+
+
+def read_newsqa(path: str, split: str = "") -> Iterator[SquadExample]:
+  """`iter_newsqa`, logging what was dropped at the end of the stream (and raising there if
+  nothing was kept)."""
+  path = os.fspath(path)
+  json_stream.check_readable(path)
+  return _logged(path, split)

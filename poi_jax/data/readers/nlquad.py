@@ -9,15 +9,16 @@ the annotation noise SQuAD tolerates).
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
+from poi_jax.data import json_stream
 from poi_jax.data.readers.squad import read_squad
 from poi_jax.data.records import DataError, SquadExample
 
 
-def read_nlquad(path: str, *, require_answers: bool = True) -> list[SquadExample]:
-  path = os.fspath(path)
-  examples = read_squad(path, require_answers=require_answers)
-  for ex in examples:
+def _checked(path: str, require_answers: bool) -> Iterator[SquadExample]:
+  n = 0
+  for ex in read_squad(path, require_answers=require_answers):
     if not ex.context.strip():
       raise DataError(path, ex.qid, "context", "empty article")
     if not ex.question.strip():
@@ -28,6 +29,15 @@ def read_nlquad(path: str, *, require_answers: bool = True) -> list[SquadExample
         raise DataError(path, ex.qid, "answers.text",
                         f"does not match the article at answer_start={a['answer_start']} "
                         f"(article has {got[:40]!r}, answer {a['text'][:40]!r})")
-  if not examples:
+    n += 1
+    yield ex
+  if not n:
     raise DataError(path, None, "data", "no questions")
-  return examples
+
+
+def read_nlquad(path: str, *, require_answers: bool = True) -> Iterator[SquadExample]:
+  """The questions of an NLQuAD file, one at a time (a missing or empty file raises at the
+  call; a bad question when the stream reaches it; a file without questions at its end)."""
+  path = os.fspath(path)
+  json_stream.check_readable(path)
+  return _checked(path, require_answers)

@@ -16,84 +16,58 @@ missing candidate or outside the document: `DataError` naming the file, the line
 """
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import os
+import zlib
+from typing import Iterator
 
-from poi_jax.data.records import DataError
+# The record types live in records.py; re-exported here for callers of the old location.
+from poi_jax.data.records import (Annotation, Candidate, DataError, NqExample,  # noqa: F401
+                                  Span)
 
 YES_NO = ("NONE", "YES", "NO")
 
 
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-  """A long-answer candidate: tokens ``[start_token, end_token)``; ``tag`` its first (HTML)
-  token without brackets (``P``, ``Table``, ``Ul``, ``Tr``, ...)."""
-  start_token: int
-  end_token: int
-  start_byte: int
-  end_byte: int
-  top_level: bool
-  tag: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-  start_token: int
-  end_token: int
-  start_byte: int = -1
-  end_byte: int = -1
-
-  def to_json(self) -> dict:
-    return dict(start_token=self.start_token, end_token=self.end_token,
-                start_byte=self.start_byte, end_byte=self.end_byte)
-
-
-@dataclasses.dataclass(frozen=True)
-class Annotation:
-  """``candidate_index`` -1 = no long answer; ``long`` its span (-1s when null)."""
-  candidate_index: int
-  long: Span
-  short: tuple[Span, ...]
-  yes_no: str  # NONE | YES | NO
-
-
-@dataclasses.dataclass
-class NqExample:
-  example_id: str
-  question: str
-  tokens: list[str]
-  html: list[bool]
-  token_bytes: list[tuple[int, int]] | None  # (start, end) per token; None: simplified format
-  candidates: list[Candidate]
-  annotations: list[Annotation]
-  source: str = ""
-  line: int = 0
-
-
 def _open(path: str):
+  """Binary lines of a plain or gzipped file (decoded per line, so a bad byte names its line)."""
   with open(path, "rb") as f:
     magic = f.read(2)
   if magic == b"\x1f\x8b":
-    return gzip.open(path, "rt", encoding="utf-8")
-  return open(path, encoding="utf-8")
+    return gzip.open(path, "rb")
+  return open(path, "rb")
 
 
 def _tag(token: str) -> str:
-  return token.strip("<>").split()[0] if token.startswith("<") else token
+  return (token.strip("<>").split() or [""])[0] if token.startswith("<") else token
 
 
-def _span(rec: dict, err, field: str, n_tokens: int) -> Span:
+def _int(value, default: int = -1) -> int:
+  """A JSON integer field (absent: ``default``); a bool, float or string is not one."""
+  if value is None:
+    return default
+  if type(value) is not int:
+    raise TypeError(value)
+  return value
+
+
+def _span(rec, err, field: str, n_tokens: int) -> Span:
   try:
-    s = Span(int(rec.get("start_token", -1)), int(rec.get("end_token", -1)),
-             int(rec.get("start_byte", -1)), int(rec.get("end_byte", -1)))
-  except (TypeError, ValueError, AttributeError):
-    raise err(field, f"not a span: {rec!r}") from None
+    s = Span(_int(rec.get("start_token")), _int(rec.get("end_token")),
+             _int(rec.get("start_byte")), _int(rec.get("end_byte")))
+  except (TypeError, AttributeError):
+    raise err(field, f"not a span: {str(rec)[:80]}") from None
   if s.start_token >= 0 and not (s.start_token < s.end_token <= n_tokens):
     raise err(field, f"tokens [{s.start_token}, {s.end_token}) fall outside the document "
                      f"({n_tokens} tokens)")
   return s
+
+
+def _list(obj: dict, key: str, err) -> list:
+  value = obj.get(key, [])
+  if not isinstance(value, list):
+    raise err(key, f"expected a list, got {type(value).__name__}")
+  return value
 
 
 def parse_example(obj: dict, path: str, line: int, *, require_answers: bool = True
@@ -108,84 +82,139 @@ def parse_example(obj: dict, path: str, line: int, *, require_answers: bool = Tr
     raise err("<line>", "not a JSON object")
   if ex_id is None:
     raise err("example_id", "missing: not a Natural Questions line")
+  if not isinstance(ex_id, (int, str)) or isinstance(ex_id, bool) or ex_id == "":
+    raise err("example_id", f"expected an integer or a string, got {str(ex_id)[:40]}")
   if "document_tokens" in obj:
-    try:
-      tokens = [str(t["token"]) for t in obj["document_tokens"]]
-      html = [bool(t.get("html_token", False)) for t in obj["document_tokens"]]
-      token_bytes = [(int(t.get("start_byte", -1)), int(t.get("end_byte", -1)))
-                     for t in obj["document_tokens"]]
-    except (TypeError, KeyError, ValueError):
-      raise err("document_tokens", "each token needs 'token' (and 'html_token')") from None
+    doc_tokens = obj["document_tokens"]
+    if not isinstance(doc_tokens, list):
+      raise err("document_tokens", "expected a list of tokens")
+    tokens, html, token_bytes = [], [], []
+    for i, t in enumerate(doc_tokens):
+      if not (isinstance(t, dict) and isinstance(t.get("token"), str)):
+        raise err(f"document_tokens[{i}]", "each token needs 'token' (and 'html_token')")
+      html_token = t.get("html_token", False)
+      if not isinstance(html_token, bool):
+        raise err(f"document_tokens[{i}].html_token", "expected true or false")
+      try:
+        token_bytes.append((_int(t.get("start_byte")), _int(t.get("end_byte"))))
+      except TypeError:
+        raise err(f"document_tokens[{i}]", "start_byte/end_byte must be integers") from None
+      tokens.append(t["token"])
+      html.append(html_token)
   elif "document_text" in obj:
-    tokens = str(obj["document_text"]).split(" ")
+    if not isinstance(obj["document_text"], str):
+      raise err("document_text", "expected a string")
+    tokens = obj["document_text"].split(" ")
     html = [t.startswith("<") and t.endswith(">") and len(t) > 2 for t in tokens]
     token_bytes = None
   else:
     raise err("document_tokens", "missing (neither document_tokens nor document_text): not a "
                                  "Natural Questions line")
   if "question_text" in obj:
-    question = str(obj["question_text"])
+    if not isinstance(obj["question_text"], str):
+      raise err("question_text", "expected a string")
+    question = obj["question_text"]
   elif "question_tokens" in obj:
-    question = " ".join(map(str, obj["question_tokens"]))
+    q_tokens = obj["question_tokens"]
+    if not (isinstance(q_tokens, list) and all(isinstance(t, str) for t in q_tokens)):
+      raise err("question_tokens", "expected a list of strings")
+    question = " ".join(q_tokens)
   else:
     raise err("question_text", "missing")
   if not question.strip():
     raise err("question_text", "empty question")
   n = len(tokens)
   cands = []
-  for i, c in enumerate(obj.get("long_answer_candidates", [])):
-    s = _span(c, err, f"long_answer_candidates[{i}]", n)
+  for i, c in enumerate(_list(obj, "long_answer_candidates", err)):
+    field = f"long_answer_candidates[{i}]"
+    s = _span(c, err, field, n)
     if s.start_token < 0:
-      raise err(f"long_answer_candidates[{i}]", "a candidate needs start_token/end_token")
-    cands.append(Candidate(s.start_token, s.end_token, s.start_byte, s.end_byte,
-                           bool(c.get("top_level", True)), _tag(tokens[s.start_token])))
+      raise err(field, "a candidate needs start_token/end_token")
+    top_level = c.get("top_level", True)
+    if not isinstance(top_level, bool):
+      raise err(f"{field}.top_level", "expected true or false")
+    cands.append(Candidate(s.start_token, s.end_token, s.start_byte, s.end_byte, top_level,
+                           _tag(tokens[s.start_token])))
   if "annotations" not in obj:
     if require_answers:
       raise err("annotations", "missing: not a Natural Questions line with answers")
     annotations = []
   else:
     annotations = []
-    for a_i, a in enumerate(obj["annotations"]):
+    for a_i, a in enumerate(_list(obj, "annotations", err)):
       field = f"annotations[{a_i}]"
-      if not isinstance(a, dict) or "long_answer" not in a:
+      if not isinstance(a, dict) or not isinstance(a.get("long_answer"), dict):
         raise err(field, "needs 'long_answer'")
       la = a["long_answer"]
-      ci = int(la.get("candidate_index", -1))
-      if ci >= len(cands):
+      try:
+        ci = _int(la.get("candidate_index"))
+      except TypeError:
+        raise err(f"{field}.long_answer.candidate_index", "expected an integer") from None
+      if not -1 <= ci < len(cands):
         raise err(f"{field}.long_answer.candidate_index",
                   f"points at candidate {ci}, the example has {len(cands)}")
       long = _span(la, err, f"{field}.long_answer", n)
       short = tuple(_span(s, err, f"{field}.short_answers[{k}]", n)
-                    for k, s in enumerate(a.get("short_answers", [])))
-      yes_no = str(a.get("yes_no_answer", "NONE")).upper()
-      if yes_no not in YES_NO:
-        raise err(f"{field}.yes_no_answer", f"{yes_no!r} is not one of {YES_NO}")
-      annotations.append(Annotation(ci, long, short, yes_no))
+                    for k, s in enumerate(_list(a, "short_answers", err)))
+      yes_no = a.get("yes_no_answer", "NONE")
+      if not isinstance(yes_no, str) or yes_no.upper() not in YES_NO:
+        raise err(f"{field}.yes_no_answer", f"{str(yes_no)[:20]!r} is not one of {YES_NO}")
+      annotations.append(Annotation(ci, long, short, yes_no.upper()))
   return NqExample(str(ex_id), question, tokens, html, token_bytes, cands, annotations,
                    source=os.path.abspath(path), line=line)
 
 
+def _lines(f: str) -> Iterator[tuple[int, str]]:
+  """``(line number, text)`` of one file's non-blank lines; a bad byte, a truncated or corrupt
+  gzip stream is a `DataError` naming the line."""
+  line_no = 0
+  try:
+    with _open(f) as fh:
+      for line_no, raw in enumerate(fh, 1):
+        try:
+          text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          raise DataError(f"{f}:{line_no}", None, "<line>",
+                          f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                          f"re-encode it as UTF-8") from None
+        if text.strip():
+          yield line_no, text
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise DataError(f"{f}:{line_no + 1}", None, "<file>",
+                    f"the gzip stream is truncated or corrupt ({type(e).__name__}: {e})") from None
+  except OSError as e:
+    raise DataError(f, None, "<file>", f"cannot read it ({e.strerror or e})") from None
+
+
+def _stream(files: list[str], require_answers: bool, max_examples: int
+            ) -> Iterator[NqExample]:
+  n = 0
+  for f in files:
+    for line_no, line in _lines(f):
+      if 0 <= max_examples <= n:
+        return
+      try:
+        obj = json.loads(line)
+      except (json.JSONDecodeError, RecursionError) as e:
+        raise DataError(f"{f}:{line_no}", None, "<line>", f"not JSON ({e})") from None
+      yield parse_example(obj, f, line_no, require_answers=require_answers)
+      n += 1
+
+
 def read_nq(path: str, *, require_answers: bool = True, max_examples: int = -1
-            ) -> list[NqExample]:
-  """All examples of one NQ file (``.jsonl`` or ``.jsonl.gz``, full or simplified), or of every
-  ``*.jsonl*`` file of a directory (sorted)."""
+            ) -> Iterator[NqExample]:
+  """The examples of one NQ file (``.jsonl`` or ``.jsonl.gz``, full or simplified), or of every
+  ``*.jsonl*`` file of a directory (sorted), one line at a time: memory holds one page. The file
+  list is made (and each file checked to exist) at the call; a bad line raises when the stream
+  reaches it."""
+  path = os.fspath(path)
   if os.path.isdir(path):
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if ".jsonl" in f)
     if not files:
       raise FileNotFoundError(f"{path}: no *.jsonl / *.jsonl.gz files")
   else:
     files = [path]
-  out = []
   for f in files:
-    with _open(f) as fh:
-      for line_no, line in enumerate(fh, 1):
-        if not line.strip():
-          continue
-        try:
-          obj = json.loads(line)
-        except json.JSONDecodeError as e:
-          raise DataError(f"{f}:{line_no}", None, "<line>", f"not JSON ({e})") from None
-        out.append(parse_example(obj, f, line_no, require_answers=require_answers))
-        if 0 <= max_examples <= len(out):
-          return out
-  return out
+    if not os.path.isfile(f):
+      raise DataError(f, None, "<file>", "no such file")
+  return _stream(files, require_answers, max_examples)

@@ -11,7 +11,7 @@ name it; the same validation as the local readers runs before any tokenising.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from poi_jax.data.records import ChoiceExample, DataError, SquadExample
 
@@ -76,10 +76,11 @@ def _answers(src: str, qid: str, field: str, value, context: str) -> list[dict]:
   return out
 
 
-def squad_records(rows, source: str, *, require_answers: bool = True) -> list[SquadExample]:
+def squad_records(rows: Iterable, source: str, *, require_answers: bool = True
+                  ) -> Iterator[SquadExample]:
   """TFDS ``squad`` rows (``id, title, context, question, answers{text, answer_start}`` and, for
-  v2.0, ``is_impossible, plausible_answers``) -> records, validated like `read_squad`."""
-  out = []
+  v2.0, ``is_impossible, plausible_answers``) -> records, one at a time, validated like
+  `read_squad`."""
   for i, row in enumerate(rows):
     qid = _text(row.get("id", f"#{i}"))
     for field in ("context", "question"):
@@ -93,15 +94,13 @@ def squad_records(rows, source: str, *, require_answers: bool = True) -> list[Sq
       answers = []  # TFDS v2.0 stores the plausible answers apart; no gold answer
     if require_answers and not impossible and not answers:
       raise DataError(source, qid, "answers", "an answerable question without answers")
-    out.append(SquadExample(qid, question, context, answers, impossible, plausible,
-                            _text(row.get("title", "")), source))
-  return out
+    yield SquadExample(qid, question, context, answers, impossible, plausible,
+                       _text(row.get("title", "")), source)
 
 
-def race_records(rows, source: str, level: str) -> list[ChoiceExample]:
+def race_records(rows: Iterable, source: str, level: str) -> Iterator[ChoiceExample]:
   """TFDS ``race`` rows (``article, questions, options, answers`` letters, ``example_id``) ->
-  one record per question, validated like `read_race`."""
-  out = []
+  one record per question, one at a time, validated like `read_race`."""
   for i, row in enumerate(rows):
     pid = _text(row.get("example_id", f"#{i}"))
     for field in ("article", "questions", "options", "answers"):
@@ -115,9 +114,7 @@ def race_records(rows, source: str, level: str) -> list[ChoiceExample]:
       rid = f"{pid}-{j}"
       if ans not in LETTERS[:len(opts)]:
         raise DataError(source, rid, "answers", f"{ans!r} is not one of the {len(opts)} options")
-      out.append(ChoiceExample(rid, _text(row["article"]), q, opts, LETTERS.index(ans), source,
-                               level))
-  return out
+      yield ChoiceExample(rid, _text(row["article"]), q, opts, LETTERS.index(ans), source, level)
 
 
 def network_reachable(host: str = "storage.googleapis.com", timeout: float = 3.0) -> bool:
@@ -136,8 +133,8 @@ def _unavailable(source: str, why: str, hint: str) -> TfdsUnavailableError:
 
 
 def read_tfds(source: str, *, require_answers: bool = True, hint: str = "",
-              data_dir: str | None = None) -> list:
-  """All records of a TFDS source.
+              data_dir: str | None = None) -> Iterator:
+  """The records of a TFDS source, one at a time (TFDS's data source reads each row on demand).
 
   Args:
     source: ``tfds:<name>[/<config>]:<split>``.
@@ -147,7 +144,8 @@ def read_tfds(source: str, *, require_answers: bool = True, hint: str = "",
 
   Raises:
     TfdsUnavailableError: the package is not installed, or the data cannot be loaded (offline).
-    DataError: a bad record (names the source, the record id and the field).
+    DataError: a bad record (names the source, the record id and the field), when the stream
+      reaches it.
   """
   src = parse_source(source)
   try:
@@ -163,13 +161,14 @@ def read_tfds(source: str, *, require_answers: bool = True, hint: str = "",
         raise _unavailable(source, "not prepared in the TFDS data directory (TFDS_DATA_DIR) and "
                            "no network to download it", hint) from None
       rows = tfds.data_source(src.name, split=src.split, data_dir=data_dir, download=True)
-    rows = [rows[i] for i in range(len(rows))]
+    n_rows = len(rows)
   except TfdsUnavailableError:
     raise
   except Exception as e:  # network, DNS, unknown split: all mean "not here"
     first = (str(e).strip().splitlines() or [""])[0][:200]
     raise _unavailable(source, f"TensorFlow Datasets cannot load it here, it needs network or a "
                        f"prepared TFDS_DATA_DIR ({type(e).__name__}: {first})", hint) from None
+  lazy_rows = (rows[i] for i in range(n_rows))
   if src.family == "squad":
-    return squad_records(rows, source, require_answers=require_answers)
-  return race_records(rows, source, src.config or "all")
+    return squad_records(lazy_rows, source, require_answers=require_answers)
+  return race_records(lazy_rows, source, src.config or "all")
