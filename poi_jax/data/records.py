@@ -7,13 +7,20 @@ import functools
 import numpy as np
 
 
+def clip(text: str, limit: int = 400) -> str:
+  """``text`` cut to ``limit`` characters, saying how long it was (a broken file can put a
+  megabyte where an id belongs; the message must stay one readable line)."""
+  text = str(text)
+  return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 class DataError(ValueError):
   """Bad input data: the message names the file, the record id and the field."""
 
   def __init__(self, path, record, field: str | None, problem: str):
-    where = ([f"record {record!r}"] if record is not None else []) + \
-        ([f"field {field!r}"] if field and field != "<file>" else [])
-    super().__init__(f"{path}: {', '.join(where) + ': ' if where else ''}{problem}")
+    where = ([f"record {clip(repr(record), 100)}"] if record is not None else []) + \
+        ([f"field {clip(repr(field), 100)}"] if field and field != "<file>" else [])
+    super().__init__(f"{path}: {', '.join(where) + ': ' if where else ''}{clip(problem)}")
     self.path, self.record, self.field = path, record, field
 
 
@@ -133,7 +140,8 @@ class AnnotationError(DataError):
   """A bad annotation: names the file, the line, the document and the field."""
 
   def __init__(self, path, line, doc_id, field: str, problem: str):
-    ValueError.__init__(self, f"{path}:{line}: document {doc_id!r}, field {field!r}: {problem}")
+    ValueError.__init__(self, f"{path}:{line}: document {clip(repr(doc_id), 100)}, field "
+                        f"{clip(repr(field), 100)}: {clip(problem)}")
     self.path, self.record, self.field, self.line = path, doc_id, field, line
 
 
@@ -187,7 +195,8 @@ class NarrativeDataError(DataError):
   """A bad NarrativeQA line: names the file, the line, the document and the field."""
 
   def __init__(self, path, line, doc_id, field: str, problem: str):
-    ValueError.__init__(self, f"{path}:{line}: document {doc_id!r}, field {field!r}: {problem}")
+    ValueError.__init__(self, f"{path}:{line}: document {clip(repr(doc_id), 100)}, field "
+                        f"{clip(repr(field), 100)}: {clip(problem)}")
     self.path, self.record, self.field, self.line = path, doc_id, field, line
 
 
