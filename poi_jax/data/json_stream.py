@@ -154,9 +154,9 @@ def iter_array(path: str, *, key: str | None = None, what: str = "a JSON list"
   try:
     with _open(path) as f:
       events = _expect_container(ijson.parse(f, use_float=True), path, key, what)
-      for n, item in enumerate(ijson.items(events, prefix)):
+      for item in ijson.items(events, prefix):
         yield n, item
-      n += 1
+        n += 1  # an error from here on is in the next item (or after the last)
   except DataError as e:
     if e.record is None and e.field == key:  # wrong shape: a broken file says that first
       why = _json_error(path)
