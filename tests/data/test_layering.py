@@ -67,3 +67,23 @@ def test_importing_every_data_module_loads_no_model_code():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        cwd=DATA.parent.parent)
   assert out.stdout.strip() == "[]"
+
+
+READERS = DATA / "readers"
+
+
+@pytest.mark.parametrize("path", sorted(READERS.glob("*.py")), ids=lambda p: p.name)
+def test_readers_import_no_feature_code(path):
+  """DESIGN.md "Data at scale": readers yield records (types in data/records.py) and build no
+  features; featurizers consume records, never the other way round."""
+  assert [m for m in imported_modules(path)
+          if m == "poi_jax.data.features" or m.startswith("poi_jax.data.features.")] == []
+
+
+def test_record_types_live_in_records():
+  from poi_jax.data import records
+  from poi_jax.data.features import nq_windows
+  from poi_jax.data.readers import narrativeqa, nq
+  assert nq.NqExample is records.NqExample and nq_windows.NqExample is records.NqExample
+  assert narrativeqa.NarrativeExample is records.NarrativeExample
+  assert records.NqExample.__module__ == records.Document.__module__ == "poi_jax.data.records"
