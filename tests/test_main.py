@@ -141,8 +141,8 @@ def test_tiny_variants_evaluate_on_passages_they_did_not_train_on(task, read):
   from poi_jax.data import readers
   c = importlib.import_module(f"configs.{task}").get_config("tiny")
   load = getattr(readers, read)
-  train = tasks.cap(load(c.data.train_file), c.data.max_train_examples)
-  evaluation = tasks.cap(load(c.data.eval_file), c.data.max_eval_examples,
+  train = tasks.cap(list(load(c.data.train_file)), c.data.max_train_examples)
+  evaluation = tasks.cap(list(load(c.data.eval_file)), c.data.max_eval_examples,
                          c.data.skip_eval_examples)
   text = (lambda r: r.context) if task == "squad2" else (lambda r: r.passage)
   assert len(evaluation) == c.data.max_eval_examples

@@ -45,7 +45,8 @@ def squad_run(tmp_path_factory, data_dir):
 def _eval_records(workdir, read):
   """The questions the engine evaluated (its cap and skip of data.eval_file)."""
   d = json.loads((workdir / "config.json").read_text())["data"]
-  return tasks.cap(read(d["eval_file"]), d["max_eval_examples"], d.get("skip_eval_examples", 0))
+  return tasks.cap(list(read(d["eval_file"])), d["max_eval_examples"],
+                   d.get("skip_eval_examples", 0))
 
 
 @pytest.fixture(scope="module")

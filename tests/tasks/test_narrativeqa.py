@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import narrativeqa as nqa_config
+from poi_jax.data.features import offline_views
 from poi_jax.data.readers import narrativeqa as reader
 from poi_jax.data.records import DataError
 from tests.tasks.narrativeqa_data import write_narrativeqa
@@ -39,8 +40,10 @@ def test_reader_and_views_from_csv(nqa_dir):
   valid = list(reader.read_narrativeqa(str(nqa_dir), "valid"))
   assert len({r.document.doc_id for r in train}) == 10
   assert len({r.document.doc_id for r in valid}) == 3
-  doc = train[0].document
-  assert len(doc.sentences) > 1 and doc.relations is not None
+  assert train[0].document.plain  # tokens only: the views are the featurizer's work
+  (ready,) = offline_views.with_offline_views(train[:1])
+  doc = ready.document
+  assert len(doc.sentences) > 1 and doc.relations is not None and not doc.plain
   assert all(len(r.answers) == 2 for r in train)
 
 
