@@ -229,7 +229,8 @@ def _narrative_jsonl_format(data_dir) -> Format:
                   "sdp": [{"Type": "Explicit", "Sense": "Expansion.Conjunction",
                            "Arg1": {"Sent": 0, "Span": [0, 2]}, "Arg2": {"Sent": 1, "Span": [1, 3]},
                            "Conn": {"Sent": 1, "Span": [0, 1]}}],
-                  "coref_clusters": [{"mentions": [{"start": 0, "end": 1}, {"start": 5, "end": 6}]}],
+                  "coref_clusters": [{"mentions": [{"start": 0, "end": 1},
+                                                   {"start": 5, "end": 6}]}],
                   "questions": [{"question": qa["question"], "answer1": qa["answers"][0]["text"],
                                  "answer2": qa["answers"][-1]["text"], "id": qa["id"]}
                                 for qa in qas]})

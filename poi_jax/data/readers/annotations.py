@@ -45,6 +45,8 @@ def parse_relation(doc: Document, obj: Any, field: str) -> Relation:
   sense = obj.get("Sense", "")
   if isinstance(sense, list):  # CoNLL files list senses
     sense = sense[0] if sense else ""
+  if not isinstance(sense, str):
+    raise doc.error(f"{field}.Sense", f"expected a sense name, got {str(sense)[:40]!r}")
   if sense and sense not in SENSES:
     raise doc.error(f"{field}.Sense", f"unknown sense {sense!r}; known: {', '.join(SENSES)}")
   conn = obj.get("Conn")
@@ -74,7 +76,10 @@ def parse_document(obj: Mapping, *, source: str = "", line: int = 0) -> Document
     verbs = []
     if isinstance(sent.get("srl"), Mapping):
       any_srl = True
-      for j, verb in enumerate(sent["srl"].get("verbs", [])):
+      verbs_in = sent["srl"].get("verbs", [])
+      if not isinstance(verbs_in, list):
+        raise doc.error(f"{f}.srl.verbs", "expected a list of {verb, tags}")
+      for j, verb in enumerate(verbs_in):
         tags = verb.get("tags") if isinstance(verb, Mapping) else None
         vf = f"{f}.srl.verbs[{j}].tags"
         if not isinstance(tags, list) or len(tags) != len(tokens):
@@ -93,6 +98,8 @@ def parse_document(obj: Mapping, *, source: str = "", line: int = 0) -> Document
   if "coref_clusters" in obj:
     n_tok = len(doc.tokens)
     clusters = []
+    if not isinstance(obj["coref_clusters"], list):
+      raise doc.error("coref_clusters", "expected a list of {mentions}")
     for i, cluster in enumerate(obj["coref_clusters"]):
       mentions = cluster.get("mentions") if isinstance(cluster, Mapping) else None
       if not isinstance(mentions, list):

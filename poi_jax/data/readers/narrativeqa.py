@@ -31,7 +31,12 @@ _CSV_FIELD_LIMIT = 1 << 24
 
 def _tokenize(text: str) -> list[str]:
   from nltk.tokenize import word_tokenize
-  return word_tokenize(text)
+  try:
+    return word_tokenize(text)
+  except LookupError:
+    raise RuntimeError("NLTK punkt_tab is missing (the CSV's untokenised columns need it): set "
+                       "NLTK_DATA to a directory holding tokenizers/punkt_tab (e.g. "
+                       "../shared/data/nltk_data)") from None
 
 
 def _tokens(row: dict, name: str) -> list[str]:
