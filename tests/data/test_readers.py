@@ -82,3 +82,19 @@ def test_unreadable_files_name_the_file_and_the_cause(tmp_path, content, problem
       list(reader(path))
     assert str(e.value).startswith(f"{path}: ") and problem in str(e.value)
     assert "record None" not in str(e.value) and "<file>" not in str(e.value)
+
+
+@pytest.mark.parametrize("answer", ["AB", "", "BC"])
+def test_race_answer_must_be_one_letter(tmp_path, answer):
+  """``"AB" in "ABCD"`` is a substring test: without the length check, "AB" and "" read as A."""
+  (tmp_path / "high").mkdir()
+  (tmp_path / "high" / "1.txt").write_text(json.dumps(
+      {"id": "h1", "article": "a", "questions": ["q"], "options": [["w", "x", "y", "z"]],
+       "answers": [answer]}))
+  with pytest.raises(DataError, match=r"record 'h1-0', field 'answers'"):
+    list(read_race(tmp_path, "high"))
+  from poi_jax.data.readers import tfds
+  rows = [{"example_id": "h1", "article": "a", "questions": ["q"],
+           "options": [["w", "x", "y", "z"]], "answers": [answer]}]
+  with pytest.raises(DataError, match=r"record 'h1-0', field 'answers'"):
+    list(tfds.race_records(rows, "tfds:race/high:dev", "high"))

@@ -112,7 +112,7 @@ def race_records(rows: Iterable, source: str, level: str) -> Iterator[ChoiceExam
       raise DataError(source, pid, "questions", "questions, options and answers differ in count")
     for j, (q, opts, ans) in enumerate(zip(questions, options, answers)):
       rid = f"{pid}-{j}"
-      if ans not in LETTERS[:len(opts)]:
+      if len(ans) != 1 or ans not in LETTERS[:len(opts)]:
         raise DataError(source, rid, "answers", f"{ans!r} is not one of the {len(opts)} options")
       yield ChoiceExample(rid, _text(row["article"]), q, opts, LETTERS.index(ans), source, level)
 
