@@ -20,6 +20,7 @@ from poi_jax.data.records import DataError
 
 _BOM = codecs.BOM_UTF8
 _CHUNK = 1 << 16
+_PARSE_BUFFER = 1 << 14
 
 
 def check_readable(path: str) -> None:
@@ -153,7 +154,10 @@ def iter_array(path: str, *, key: str | None = None, what: str = "a JSON list"
   prefix = "item" if key is None else f"{key}.item"
   try:
     with _open(path) as f:
-      events = _expect_container(ijson.parse(f, use_float=True), path, key, what)
+      # yajl hands over the events of one read buffer at a time (about 150 per kB as Python
+      # tuples), so the buffer size bounds the memory the parser holds.
+      events = _expect_container(ijson.parse(f, use_float=True, buf_size=_PARSE_BUFFER), path,
+                                 key, what)
       for item in ijson.items(events, prefix):
         yield n, item
         n += 1  # an error from here on is in the next item (or after the last)

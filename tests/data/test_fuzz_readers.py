@@ -147,7 +147,7 @@ def _race_format(data_dir) -> Format:
 
 def _nq_pages(data_dir) -> list[dict]:
   return nq_synthetic.page_examples(str(data_dir.joinpath(*SQUAD_SUBSET)), max_examples=2,
-                                    paragraphs_per_page=2, num_annotations=2)
+                                    paragraphs_per_page=1, num_annotations=2)
 
 
 def _simplified(ex: dict) -> dict:
