@@ -1,0 +1,592 @@
+"""Feature shards on disk: a split's features as ArrayRecord files plus one JSON manifest.
+
+Layout of one prepared split (``<data.cache_dir>/<task>-<split>-<key[:16]>/``)::
+
+  shard-00000.array_record   one record per window (row): every array's row, raw bytes
+  shard-00000.meta.npz       the shard's decoding metadata (offsets, ids, ...), deterministic zip
+  shard-00000.json           the shard's info: record range, windows, sizes and sha256 of both
+  ...
+  manifest.json              the cache key, counts, every array's shape/dtype, every shard
+
+Shard ``k`` holds the features of records ``[k * S, (k + 1) * S)`` (``S`` =
+``data.records_per_shard``; a task whose features are not built record by record, NarrativeQA,
+has one shard), built by the pure function `build_shard` (records -> one finished shard) in
+worker processes. Shards are written under a temporary name and moved into place with
+``os.replace``, the info file last, so a killed run leaves only whole shards and a rerun builds
+only the missing ones. Every process checks its shards' sha256 against their info before use; a
+truncated or corrupt shard is named in one line and rebuilt. With N processes, process i builds
+shards i, i+N, ...; process 0 writes the manifest once every shard is there; everybody waits for
+it (a barrier over `jax.distributed`).
+
+The cache key hashes the source file's bytes (``identity.json`` in the cache directory memoises
+the hash by path, size and mtime), the reader's options, the caps, the tokenizer, every feature
+option and version, ``S`` and `FORMAT_VERSION`: another value of any of them is another
+directory, never a stale read.
+
+Rows keep today's order, and indices inside the arrays (``example_index``) are global, so the
+concatenated shards are bit for bit the arrays the in-memory featurizer builds.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import logging
+import os
+import tempfile
+import time
+import zipfile
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from poi_jax.data.features.base import Features
+
+# Bump when the files' layout or the manifest's meaning changes.
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+# ArrayRecord: group_size 1 is what grain's random access needs (the writer's default is 65536).
+WRITER_OPTIONS = "group_size:1"
+_JSON_META = "__json__"
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed, so a rebuilt meta file is byte-identical
+
+log = logging.getLogger(__name__)
+
+
+class ShardError(ValueError):
+  """A prepared split that cannot be used (the message names the file and says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSpec:
+  """How a task featurizes one split into shards.
+
+  Attributes:
+    kind: the featurizer's name (``extractive``, ``choice``, ``nq``, ...).
+    build: module-level ``(records, tokenizer, **options) -> Features`` (runs in workers).
+    merge: ``(parts, starts) -> Features``: concatenates consecutive parts, shifting record
+      indices by ``starts`` (also applied to one shard with its start, so indices are global).
+    options: keyword options of ``build``.
+    key_options: what else changes the features (feature version, tagger data...); JSON values.
+    read_options: what changes the records the task's ``read`` yields (RACE level, story set).
+    per_record: False where ``build`` needs the whole split at once (array widths from the
+      longest record): the split is then one shard.
+    check: module-level ``(records) -> None`` run on each shard's records before featurizing.
+    validate: module-level ``(Features) -> None`` run on each shard's features (batch checks).
+  """
+  kind: str
+  build: Callable[..., Features]
+  merge: Callable[[list, list], Features]
+  options: Mapping[str, Any]
+  key_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  read_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  per_record: bool = True
+  check: Callable[[Sequence], None] | None = None
+  validate: Callable[[Features], None] | None = None
+
+
+# ---- keys ---------------------------------------------------------------------------------------
+
+def _sha(data: str | bytes) -> str:
+  return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def file_sha256(path: str, chunk: int = 1 << 20) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(chunk), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str | None:
+  """Hash of everything in a fast tokenizer that changes its output (None: no tokenizer).
+
+  ``backend_tokenizer.to_str()`` is the whole ``tokenizer.json`` but also the truncation/padding
+  of the *last* call, which is call state, not identity: those two entries are dropped.
+  """
+  if tokenizer is None:
+    return None
+  backend = getattr(tokenizer, "backend_tokenizer", None)
+  if backend is None:
+    raise ShardError(f"{type(tokenizer).__name__} is not a fast tokenizer (no "
+                     f"backend_tokenizer); the features need offsets from a fast tokenizer")
+  spec = json.loads(backend.to_str())
+  spec.pop("truncation", None)
+  spec.pop("padding", None)
+  ident = {"class": type(tokenizer).__name__, "tokenizer_json": spec,
+           "padding_side": getattr(tokenizer, "padding_side", None),
+           "truncation_side": getattr(tokenizer, "truncation_side", None)}
+  return _sha(json.dumps(ident, sort_keys=True))
+
+
+def source_identity(source: str, memo_dir: str | None = None) -> str:
+  """A hash of the data ``source``'s bytes (a file, or every file under a directory, by relative
+  path); a non-local source (``tfds:...``) is identified by its name. ``memo_dir``: keeps the
+  hashes by (path, size, mtime) in ``identity.json`` there, so a 40 GB corpus is hashed once."""
+  if not source or not os.path.exists(source):
+    return _sha(f"name:{source}")
+  files = ([source] if os.path.isfile(source) else
+           sorted(os.path.join(r, f) for r, _, fs in os.walk(source) for f in fs))
+  memo_path = os.path.join(memo_dir, "identity.json") if memo_dir else None
+  memo: dict = {}
+  if memo_path and os.path.exists(memo_path):
+    try:
+      with open(memo_path) as f:
+        memo = json.load(f)
+    except (OSError, ValueError):
+      memo = {}
+  h, changed = hashlib.sha256(), False
+  for path in files:
+    st = os.stat(path)
+    tag = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}"
+    if tag not in memo:
+      memo[tag], changed = file_sha256(path), True
+    rel = os.path.relpath(path, source) if path != source else ""
+    h.update(f"{rel}\0{memo[tag]}\n".encode())
+  if changed and memo_path:
+    from poi_jax.io import write_json_atomic
+    try:
+      write_json_atomic(memo_path, memo, sort_keys=True)
+    except OSError:  # a read-only cache directory only costs the next run a re-hash
+      pass
+  return h.hexdigest()
+
+
+def make_key(spec: ShardSpec, *, task: str, split: str, source_id: str, tokenizer_id,
+             skip: int, limit: int | None, records_per_shard: int) -> tuple[str, dict]:
+  """The cache key of a split (sha256) and what it hashes (stored in the manifest)."""
+  parts = {"format": FORMAT_VERSION, "task": task, "split": split, "kind": spec.kind,
+           "options": dict(spec.options), "key_options": dict(spec.key_options),
+           "read_options": dict(spec.read_options), "source": source_id,
+           "tokenizer": tokenizer_id, "skip": int(skip),
+           "limit": None if limit is None or limit < 0 else int(limit),
+           "records_per_shard": int(records_per_shard) if spec.per_record else None}
+  return _sha(json.dumps(parts, sort_keys=True, default=str)), parts
+
+
+# ---- one shard ----------------------------------------------------------------------------------
+
+def shard_name(index: int) -> str:
+  return f"shard-{index:05d}"
+
+
+def row_layout(arrays: Mapping[str, np.ndarray]) -> dict[str, list]:
+  """``{name: [row shape, dtype str]}`` in the order rows are encoded (sorted names)."""
+  return {k: [list(np.shape(arrays[k])[1:]), np.asarray(arrays[k]).dtype.str]
+          for k in sorted(arrays)}
+
+
+def encode_rows(arrays: Mapping[str, np.ndarray]) -> Iterable[bytes]:
+  """One record per row: every array's row (C order, in `row_layout` order), concatenated."""
+  names = sorted(arrays)
+  cols = [np.ascontiguousarray(arrays[k]) for k in names]
+  n = len(cols[0]) if cols else 0
+  for i in range(n):
+    yield b"".join(c[i].tobytes() for c in cols)
+
+
+def decode_rows(records: Sequence[bytes], layout: Mapping[str, list],
+                keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+  """The inverse of `encode_rows` for a list of records: ``{name: (len(records), *row shape)}``."""
+  specs, offset = [], 0
+  for name, (shape, dtype) in layout.items():
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    specs.append((name, shape, np.dtype(dtype), offset, nbytes))
+    offset += nbytes
+  wanted = set(layout if keys is None else keys)
+  buf = np.frombuffer(b"".join(records), np.uint8).reshape(len(records), offset)
+  return {name: np.ascontiguousarray(buf[:, o:o + nb]).view(dt).reshape((len(records), *shape))
+          for name, shape, dt, o, nb in specs if name in wanted}
+
+
+def _npy_bytes(value: np.ndarray) -> bytes:
+  out = io.BytesIO()
+  np.lib.format.write_array(out, np.asarray(value), allow_pickle=False)
+  return out.getvalue()
+
+
+def write_meta(path: str, meta: Mapping[str, Any]) -> None:
+  """``meta``'s numpy arrays as ``.npy`` members, the rest as one JSON member, in a zip with
+  fixed timestamps (np.load reads it; a rebuild is byte-identical)."""
+  json_meta = {k: v for k, v in meta.items() if not isinstance(v, np.ndarray)}
+  try:
+    blob = json.dumps(json_meta, sort_keys=True).encode()
+  except TypeError as e:
+    raise TypeError(f"features meta must be numpy arrays or JSON values: {e}") from None
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+    for name in sorted(k for k, v in meta.items() if isinstance(v, np.ndarray)):
+      zf.writestr(zipfile.ZipInfo(name + ".npy", _ZIP_TIME), _npy_bytes(meta[name]))
+    zf.writestr(zipfile.ZipInfo(_JSON_META + ".npy", _ZIP_TIME),
+                _npy_bytes(np.frombuffer(blob, np.uint8)))
+
+
+def read_meta(path: str) -> dict:
+  with np.load(path, allow_pickle=False) as z:
+    meta = json.loads(bytes(z[_JSON_META]).decode())
+    meta.update({k: z[k] for k in z.files if k != _JSON_META})
+  return meta
+
+
+def _atomic(directory: str, final: str, write: Callable[[str], None]) -> None:
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+  os.close(fd)
+  try:
+    write(tmp)
+    with open(tmp, "rb+") as f:
+      os.fsync(f.fileno())
+    os.replace(tmp, final)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def _write_array_record(path: str, records: Iterable[bytes]) -> int:
+  from array_record.python import array_record_module
+  writer = array_record_module.ArrayRecordWriter(path, WRITER_OPTIONS)
+  n = 0
+  try:
+    for rec in records:
+      writer.write(rec)
+      n += 1
+    if not writer.ok():  # a full disk or an I/O error shows up here
+      raise OSError(f"writing {path} failed (ArrayRecord writer not ok)")
+  finally:
+    writer.close()
+  return n
+
+
+def build_shard(records: Sequence, *, index: int, start: int, directory: str, key: str,
+                build: Callable, merge: Callable, options: Mapping[str, Any], tokenizer,
+                check: Callable | None = None, validate: Callable | None = None,
+                process_index: int = 0) -> dict:
+  """The unit of work, a pure function: ``records`` (records ``start ..`` of the split) -> one
+  finished shard ``index`` in ``directory`` (its ``.array_record``, ``.meta.npz`` and, last, its
+  ``.json`` info). Returns the info. Deterministic: the same records give the same bytes."""
+  if check is not None:
+    check(records)
+  features = build(records, tokenizer, **options)
+  features = merge([features], [start])  # record indices made global
+  if validate is not None:
+    validate(features)
+  name = shard_name(index)
+  os.makedirs(directory, exist_ok=True)
+  rows_path = os.path.join(directory, name + ".array_record")
+  meta_path = os.path.join(directory, name + ".meta.npz")
+  arrays = {k: np.asarray(v) for k, v in features.arrays.items()}
+  counts = {len(v) for v in arrays.values()}
+  if len(counts) > 1:
+    raise ShardError(f"shard {name}: arrays of different lengths {sorted(counts)}")
+  windows = counts.pop() if counts else 0
+  _atomic(directory, rows_path, lambda p: _write_array_record(p, encode_rows(arrays)))
+  _atomic(directory, meta_path, lambda p: write_meta(p, features.meta))
+  info = {"format": FORMAT_VERSION, "key": key, "index": index,
+          "records": [start, start + len(records)], "windows": windows,
+          "layout": row_layout(arrays), "built_by": process_index,
+          "files": {os.path.basename(p): {"bytes": os.path.getsize(p), "sha256": file_sha256(p)}
+                    for p in (rows_path, meta_path)}}
+  from poi_jax.io import write_json_atomic
+  write_json_atomic(os.path.join(directory, name + ".json"), info, sort_keys=True)
+  return info
+
+
+def check_shard(directory: str, index: int, key: str, *, hash_files: bool = True) -> dict | None:
+  """The shard's info when it is whole (info present, same key, files of the recorded size and
+  sha256); else None, after logging one line that names the shard and says why (a missing shard
+  is not logged: it was never built)."""
+  name = shard_name(index)
+  info_path = os.path.join(directory, name + ".json")
+  if not os.path.exists(info_path):
+    return None
+  why = None
+  try:
+    with open(info_path) as f:
+      info = json.load(f)
+    if info.get("format") != FORMAT_VERSION or info.get("key") != key:
+      why = "written for another key or format"
+    else:
+      for fname, want in info["files"].items():
+        path = os.path.join(directory, fname)
+        if not os.path.exists(path):
+          why = f"{fname} is missing"
+        elif os.path.getsize(path) != want["bytes"]:
+          why = f"{fname} has {os.path.getsize(path)} bytes, its info says {want['bytes']}"
+        elif hash_files and file_sha256(path) != want["sha256"]:
+          why = f"{fname} does not match its sha256 (corrupt)"
+        if why:
+          break
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    why = f"unreadable info ({type(e).__name__}: {e})"
+  if why:
+    log.warning("feature shard %s is not usable (%s): rebuilding it", os.path.join(directory,
+                                                                                   name), why)
+    return None
+  return info
+
+
+# ---- a prepared split ---------------------------------------------------------------------------
+
+class ShardRows:
+  """Random access to rows of a prepared split through grain's ``ArrayRecordDataSource``.
+
+  ``len(rows)`` windows; ``rows.get(indices)`` -> ``{name: (len(indices), ...)}`` for ``keys``.
+  """
+
+  def __init__(self, paths: Sequence[str], layout: Mapping[str, list], num_rows: int,
+               keys: Iterable[str] | None = None):
+    import grain
+    self.paths = list(paths)
+    self.layout = dict(layout)
+    self.keys = list(self.layout if keys is None else [k for k in keys if k in self.layout])
+    self._num = int(num_rows)
+    self._source = grain.sources.ArrayRecordDataSource(self.paths) if num_rows else None
+
+  def __len__(self) -> int:
+    return self._num
+
+  def get(self, indices) -> dict[str, np.ndarray]:
+    idx = [int(i) for i in np.asarray(indices).reshape(-1)]
+    return decode_rows(self._source.__getitems__(idx), self.layout, self.keys)
+
+  def shapes(self) -> dict[str, tuple]:
+    return {k: (self._num, *self.layout[k][0]) for k in self.keys}
+
+
+@dataclasses.dataclass
+class ShardedSplit:
+  """A prepared split: its directory and manifest (and the task's ``merge``, for
+  `load_features`)."""
+  directory: str
+  manifest: dict
+  merge: Callable | None = None
+
+  @property
+  def num_windows(self) -> int:
+    return int(self.manifest["num_windows"])
+
+  @property
+  def num_examples(self) -> int:
+    return int(self.manifest["num_examples"])
+
+  def shard_paths(self) -> list[str]:
+    return [os.path.join(self.directory, s["name"] + ".array_record")
+            for s in self.manifest["shards"] if s["windows"]]
+
+  def rows(self, keys: Iterable[str] | None = None) -> ShardRows:
+    return ShardRows(self.shard_paths(), self.manifest["layout"], self.num_windows, keys)
+
+  def array_shapes(self) -> dict[str, tuple]:
+    return {k: tuple(v["shape"]) for k, v in self.manifest["arrays"].items()}
+
+  def load_features(self, merge: Callable | None = None) -> Features:
+    """Every shard's arrays and meta, merged into the in-memory `Features` of the split (for
+    decoding and scoring; training never calls this)."""
+    from array_record.python import array_record_module
+    parts = []
+    for s in self.manifest["shards"]:
+      path = os.path.join(self.directory, s["name"] + ".array_record")
+      reader = array_record_module.ArrayRecordReader(path)
+      try:
+        records = reader.read_all() if s["windows"] else []
+      finally:
+        reader.close()
+      layout = s["layout"]
+      arrays = (decode_rows(records, layout) if records else
+                {k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in layout.items()})
+      parts.append(Features(arrays, read_meta(os.path.join(self.directory,
+                                                           s["name"] + ".meta.npz"))))
+    return (merge or self.merge)(parts, [0] * len(parts))  # indices are global already
+
+
+def read_manifest(directory: str, key: str) -> dict | None:
+  path = os.path.join(directory, MANIFEST)
+  try:
+    with open(path) as f:
+      manifest = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:
+    log.warning("feature manifest %s is unreadable (%s): rebuilding it", path, e)
+    return None
+  if manifest.get("format") != FORMAT_VERSION or manifest.get("key") != key:
+    log.warning("feature manifest %s was written for another key: rebuilding it", path)
+    return None
+  return manifest
+
+
+def assemble_manifest(directory: str, key: str, description: dict, infos: list[dict],
+                      num_examples: int) -> dict:
+  """The manifest of a split from its shards' infos (in order)."""
+  layout = next((i["layout"] for i in infos if i["windows"]), infos[0]["layout"] if infos else {})
+  for info in infos:
+    if info["windows"] and info["layout"] != layout:
+      raise ShardError(f"shard {shard_name(info['index'])} in {directory} has arrays "
+                       f"{info['layout']}, the first shard {layout}")
+  windows = int(sum(i["windows"] for i in infos))
+  shards, w0 = [], 0
+  for info in infos:
+    name = shard_name(info["index"])
+    shards.append({"name": name, "records": info["records"], "windows": info["windows"],
+                   "first_window": w0, "layout": info["layout"], "files": info["files"]})
+    w0 += info["windows"]
+  return {"format": FORMAT_VERSION, "key": key, "description": description,
+          "num_examples": num_examples, "num_windows": windows, "num_shards": len(infos),
+          "layout": layout,
+          "arrays": {k: {"shape": [windows, *shape], "dtype": dtype}
+                     for k, (shape, dtype) in layout.items()},
+          "shards": shards,
+          # Evaluation maps window i back to its record through the ``example_index`` array (a
+          # global record index) and the meta files (offsets, ids) of each shard.
+          "window_to_example": "array example_index" if "example_index" in layout else
+                               "one window per record"}
+
+
+def barrier(name: str, process_count: int) -> None:
+  """Every process waits here (nothing to wait for with one process)."""
+  if process_count > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
+def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, key: str,
+            description: dict, records_per_shard: int, num_workers: int = 0,
+            process_index: int = 0, process_count: int = 1, progress: bool = True,
+            desc: str = "preparing") -> ShardedSplit:
+  """Builds the missing shards of a split and returns it with its manifest.
+
+  Args:
+    spec: the task's `ShardSpec`.
+    records: the split's records, streamed (an iterable; read once, never held whole unless
+      ``spec.per_record`` is False).
+    tokenizer: passed to ``spec.build``.
+    directory, key, description: where the split lives, its cache key and what the key hashes.
+    records_per_shard: records per shard (``spec.per_record``); > 0.
+    num_workers: featurizing processes (0 or 1: this process).
+    process_index, process_count: this process builds shards ``process_index``,
+      ``process_index + process_count``, ...; process 0 writes the manifest.
+    progress: a tqdm bar of records (records/s) with windows/s.
+  """
+  from tqdm.auto import tqdm
+  os.makedirs(directory, exist_ok=True)
+  manifest = read_manifest(directory, key)
+  per = max(int(records_per_shard), 1) if spec.per_record else None
+
+  def owned(k: int) -> bool:
+    return k % process_count == process_index
+
+  ready: dict[int, dict] = {}
+  if manifest is not None:
+    for s in manifest["shards"]:
+      k = int(s["name"].split("-")[1])
+      info = check_shard(directory, k, key) if owned(k) else {"ok": True}
+      if info is None:
+        break
+      ready[k] = info
+    else:  # every shard this process owns is whole
+      barrier(f"shards-built-{key[:12]}", process_count)
+      barrier(f"manifest-{key[:12]}", process_count)
+      return ShardedSplit(directory, manifest)
+    ready = {}
+    manifest = None
+
+  # Build what is missing, streaming the records once.
+  infos: dict[int, dict] = {}
+  n_records = 0
+  workers = max(int(num_workers), 0)
+  common = dict(directory=directory, key=key, build=spec.build, merge=spec.merge,
+                options=dict(spec.options), check=spec.check, validate=spec.validate,
+                process_index=process_index)
+  bar = tqdm(desc=desc, unit="rec", leave=False, **({} if progress else {"disable": True}))
+  t0, windows_done = time.time(), 0
+
+  def done(info: dict) -> None:
+    nonlocal windows_done
+    infos[info["index"]] = info
+    windows_done += info["windows"]
+    bar.set_postfix(windows_s=f"{windows_done / max(time.time() - t0, 1e-9):.1f}",
+                    shards=len(infos))
+
+  pool = None
+  if workers > 1 and spec.per_record:
+    from poi_jax.data import parallel
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers, mp_context=parallel._context(), initializer=parallel._init_worker,
+        initargs=(tokenizer,))
+  pending: list = []
+
+  def submit(index: int, start: int, chunk: list) -> None:
+    existing = check_shard(directory, index, key)
+    if existing is not None:
+      done(existing)
+      return
+    if pool is None:
+      done(build_shard(chunk, index=index, start=start, tokenizer=tokenizer, **common))
+      return
+    pending.append(pool.submit(_build_in_worker, chunk, index, start, common))
+    while len(pending) > 2 * workers:  # bounded memory: at most 2 shards per worker in flight
+      done(pending.pop(0).result())
+
+  try:
+    if per is None:  # the whole split is one unit
+      chunk = list(records)
+      n_records = len(chunk)
+      bar.update(n_records)
+      if owned(0):
+        submit(0, 0, chunk)
+      chunk = []
+    else:
+      chunk, index = [], 0
+      for rec in records:
+        if owned(index):
+          chunk.append(rec)
+        n_records += 1
+        bar.update(1)
+        if n_records % per == 0:
+          if owned(index):
+            submit(index, index * per, chunk)
+          chunk, index = [], index + 1
+      if n_records % per and owned(index):
+        submit(index, index * per, chunk)
+      if n_records == 0 and owned(0):  # an empty split: one empty shard
+        submit(0, 0, [])
+      chunk = []
+    for fut in pending:
+      done(fut.result())
+  except BaseException:
+    if pool is not None:
+      for fut in pending:
+        fut.cancel()
+    raise
+  finally:
+    bar.close()
+    if pool is not None:
+      pool.shutdown(wait=True, cancel_futures=True)
+
+  num_shards = 1 if per is None else max(-(-n_records // per), 1)
+  barrier(f"shards-built-{key[:12]}", process_count)
+  if process_index == 0:
+    all_infos = []
+    for k in range(num_shards):
+      info = infos.get(k) or check_shard(directory, k, key, hash_files=False)
+      if info is None:
+        raise ShardError(f"feature shard {os.path.join(directory, shard_name(k))} is missing "
+                         f"after every process prepared its shards")
+      all_infos.append(info)
+    manifest = assemble_manifest(directory, key, description, all_infos, n_records)
+    from poi_jax.io import write_json_atomic
+    write_json_atomic(os.path.join(directory, MANIFEST), manifest, sort_keys=True)
+  barrier(f"manifest-{key[:12]}", process_count)
+  manifest = read_manifest(directory, key)
+  if manifest is None:
+    raise ShardError(f"no manifest in {directory} after preparing")
+  return ShardedSplit(directory, manifest)
+
+
+def _build_in_worker(records, index, start, common):
+  from poi_jax.data import parallel
+  return build_shard(records, index=index, start=start, tokenizer=parallel._worker_tokenizer,
+                     **common)
