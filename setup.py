@@ -24,6 +24,7 @@ setup(
         "absl-py",
         "tqdm",
         "grain",
+        "array_record",  # feature shards (`poi_jax.data.shards`), read by grain
         "tensorboardX",
         "numpy",
         "ijson>=3.2",  # streaming readers of one-document JSON corpora (SQuAD, DREAM, NewsQA)

@@ -83,7 +83,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   # text; lowercasing hides proper nouns (NNP) from NLTK's tagger (poi_jax/data/pos.py)
   c.data.pos_lowercase = False
   c.data.num_workers = 2
-  c.data.cache_dir = ""  # feature cache; empty: <workdir>/cache ("none": no cache)
+  c.data.cache_dir = ""  # feature shards (docs/data.md); empty: <workdir>/cache
+  # Records (questions, pages) per feature shard: the unit of work of `--mode=prepare`, of a
+  # rerun after a kill, and of the split between hosts (process i builds shards i, i+N, ...).
+  c.data.records_per_shard = 1024
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
   # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so

@@ -7,6 +7,10 @@ Resolves the config (variant after the colon, ``--config.x.y=v`` overrides; an u
 error), writes it to ``<workdir>/config.json``, prints the model's parameter count (the encoder's
 and what the head adds over it) and runs the engine (`poi_jax.train.loop`) in ``--mode``.
 
+``--mode=prepare`` featurizes the config's splits into feature shards in ``data.cache_dir``
+(default ``<workdir>/cache``; `poi_jax.train.data`) and stops; the engine's modes build the
+missing shards first, so it is optional (a cluster runs it once, on every host).
+
 Multi-host: ``--coordinator_address=HOST:PORT --num_processes=N --process_id=I`` (the local and
 SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
 `jax.distributed.initialize` read the cluster's environment (TPU VMs, SLURM).
@@ -36,9 +40,11 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the config, checkpoints, metrics.")
 _MODE = flags.DEFINE_enum("mode", "describe",
-                          ["describe", "train", "eval", "train_and_eval", "predict"],
-                          "describe: resolve the config and print the parameter count; train, "
-                          "eval, train_and_eval, predict: run the engine.")
+                          ["describe", "prepare", "train", "eval", "train_and_eval", "predict"],
+                          "describe: resolve the config and print the parameter count; prepare: "
+                          "featurize the config's splits into feature shards (the other modes "
+                          "build the missing shards first); train, eval, train_and_eval, "
+                          "predict: run the engine.")
 _DISTRIBUTED = flags.DEFINE_enum(
     "distributed", "off", ["off", "auto"],
     "auto: jax.distributed.initialize() from the cluster environment (TPU VM, SLURM).")
@@ -101,6 +107,11 @@ def main(argv):
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
     init_distributed()
+    if mode == "prepare":
+      from poi_jax.train import data as data_lib
+      print(config_summary(config))
+      data_lib.prepare(config, workdir)
+      return 0
     describe(config, workdir, write_config=mode == "describe")
     if mode != "describe":
       loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)

@@ -1,4 +1,8 @@
-"""Batches of in-memory features for training and evaluation, with grain.
+"""Batches of features for training and evaluation, with grain.
+
+Rows come from a *row source*: feature shards on disk (`poi_jax.data.shards.ShardRows`, grain's
+``ArrayRecordDataSource``: a batch reads only its rows, so memory holds batches, not the corpus)
+or in-memory arrays (`ArrayRows`). Either way the batches are the same.
 
 * Training: ``grain.MapDataset`` over example indices, shuffled by ``seed`` (a new permutation
   each epoch), repeated without end and cut into global batches of ``batch_size``; batches may span
@@ -26,8 +30,28 @@ def _local_rows(batch_size: int, process_index: int, process_count: int) -> slic
   return slice(process_index * per, (process_index + 1) * per)
 
 
-def _gather(arrays: Mapping[str, np.ndarray], idx: np.ndarray, mask: np.ndarray) -> dict:
-  batch = {k: v[idx] for k, v in arrays.items()}
+class ArrayRows:
+  """In-memory arrays ``(N, ...)`` as a row source: ``len``, ``get(indices)``."""
+
+  def __init__(self, arrays: Mapping[str, np.ndarray]):
+    self.arrays = dict(arrays)
+    self._num = len(next(iter(self.arrays.values()))) if self.arrays else 0
+
+  def __len__(self) -> int:
+    return self._num
+
+  def get(self, indices) -> dict[str, np.ndarray]:
+    return {k: v[indices] for k, v in self.arrays.items()}
+
+
+def as_rows(source):
+  """A row source: ``source`` itself when it has ``get``, else `ArrayRows` of a mapping."""
+  return source if hasattr(source, "get") and not isinstance(source, Mapping) \
+      else ArrayRows(source)
+
+
+def _gather(rows, idx: np.ndarray, mask: np.ndarray) -> dict:
+  batch = dict(rows.get(idx))
   batch["example_mask"] = mask
   return batch
 
@@ -36,16 +60,16 @@ class TrainLoader:
   """Endless shuffled training batches (this process's rows) with saveable state.
 
   Args:
-    arrays: feature arrays, each ``(N, ...)``.
+    arrays: feature arrays, each ``(N, ...)``, or a row source (`as_rows`: feature shards).
     batch_size: the global batch size.
     seed: shuffling seed.
     process_index, process_count: this process and the number of processes (multi-host).
   """
 
-  def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int, *, seed: int,
+  def __init__(self, arrays, batch_size: int, *, seed: int,
                process_index: int = 0, process_count: int = 1):
-    self.arrays = dict(arrays)
-    self.num_examples = len(next(iter(self.arrays.values())))
+    self.rows = as_rows(arrays)
+    self.num_examples = len(self.rows)
     if self.num_examples == 0:
       raise ValueError("no training features")
     self.batch_size = batch_size
@@ -55,7 +79,7 @@ class TrainLoader:
                      .shuffle(seed=seed)
                      .repeat(None)
                      .batch(batch_size, drop_remainder=True)
-                     .map(lambda idx: _gather(self.arrays, np.asarray(idx)[rows], ones)))
+                     .map(lambda idx: _gather(self.rows, np.asarray(idx)[rows], ones)))
     self._iter = iter(self._dataset.to_iter_dataset())
 
   def __iter__(self) -> Iterator[dict]:
@@ -74,11 +98,13 @@ class TrainLoader:
     return batches_consumed * self.batch_size / self.num_examples
 
 
-def eval_batches(arrays: Mapping[str, np.ndarray], batch_size: int, *, process_index: int = 0,
+def eval_batches(arrays, batch_size: int, *, process_index: int = 0,
                  process_count: int = 1) -> Iterator[dict]:
-  """In-order batches of this process's rows; the last global batch is padded, its padding
-  rows have ``example_mask`` 0."""
-  n = len(next(iter(arrays.values())))
+  """In-order batches of this process's rows (``arrays``: a mapping or a row source); the last
+  global batch is padded, its padding rows have ``example_mask`` 0. Every process gets the same
+  number of batches."""
+  arrays = as_rows(arrays)
+  n = len(arrays)
   rows = _local_rows(batch_size, process_index, process_count)
   for start in range(0, n, batch_size):
     idx = np.arange(start, min(start + batch_size, n))

@@ -59,6 +59,9 @@ class Task:
       ``bert`` where the model mirrors an original's names), for parameter counts.
     describe_head: ``(config, model) -> str``: one line naming the head and its options, printed
       with the parameter count (default: ``model.head``).
+    shard_spec: ``(config, tokenizer, split) -> poi_jax.data.shards.ShardSpec``: how the split
+      is featurized into feature shards (`poi_jax.train.data`); the engine reads every split
+      through it.
   """
   name: str
   metric: str
@@ -73,6 +76,7 @@ class Task:
   needs_tokenizer: bool | Callable[[Config], bool] = True
   encoder_attr: str = "encoder"
   describe_head: Callable[[Config, nnx.Module], str] | None = None
+  shard_spec: Callable[..., Any] | None = None
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
@@ -119,3 +123,12 @@ def cap(records: list, n: int | None, skip: int = 0) -> list:
   """``n`` records after the first ``skip`` (``n`` None or negative: all after ``skip``)."""
   records = records[skip:] if skip > 0 else records
   return records if n is None or n < 0 else records[:n]
+
+
+def validate_model_batch(features: Features, model_keys: tuple[str, ...]) -> None:
+  """`poi_jax.models.checks.check_batch` on the model's arrays of ``features`` (ids, domains,
+  POS tags), as a shard's ``validate`` step: a bad row stops `prepare`, before any training."""
+  arrays = {k: v for k, v in features.arrays.items() if k in model_keys}
+  if "input_ids" in arrays and len(arrays["input_ids"]):
+    from poi_jax.models import checks
+    checks.check_batch(arrays)

@@ -2,11 +2,12 @@
 level)."""
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
-from poi_jax.data import cache, parallel, readers
+from poi_jax.data import parallel, readers, shards
 from poi_jax.data.features import multiple_choice
 from poi_jax.data.features.multiple_choice import build_choice_features
 from poi_jax.data.pos import pos_version
@@ -44,19 +45,31 @@ def feature_options(config) -> dict:
 
 
 def featurize(records, tokenizer, config, *, is_training: bool):
-  """Multiple-choice features, from ``data.cache_dir`` when cached, else built by
-  ``data.num_workers`` worker processes (and cached). ``is_training`` changes nothing: every
-  option of every question, in both splits."""
+  """Multiple-choice features of ``records`` in memory, built by ``data.num_workers`` worker
+  processes (the engine reads feature shards instead: `shard_spec`). ``is_training`` changes
+  nothing: every option of every question, in both splits."""
   options = feature_options(config)
   multiple_choice.check_choice_examples(records)  # all records, before any tokenising
-  key_options = dict(options, feature_version=multiple_choice.FEATURE_VERSION,
-                     nltk=pos_version() if options["with_pos"] else None)
-  build = lambda: parallel.featurize(
+  return parallel.featurize(
       build_choice_features, multiple_choice.merge_choice_features, records, tokenizer, options,
       num_workers=config.data.num_workers,
       desc=f"{config.task} {'train' if is_training else 'eval'} features")
-  return cache.cached_features(config.data.cache_dir, "choice", records, tokenizer, key_options,
-                               build)
+
+
+def shard_spec(config, tokenizer, split: str) -> shards.ShardSpec:
+  """Multiple-choice features as feature shards (one row per question); RACE's level is part
+  of the key (it selects the records)."""
+  del tokenizer
+  options = feature_options(config)
+  return shards.ShardSpec(
+      kind="choice", build=build_choice_features, merge=multiple_choice.merge_choice_features,
+      options=options,
+      key_options=dict(feature_version=multiple_choice.FEATURE_VERSION,
+                       nltk=pos_version() if options["with_pos"] else None),
+      read_options=({"race_level": config.data.race_level} if config.task == "race" else {}),
+      check=multiple_choice.check_choice_examples,
+      validate=(functools.partial(base.validate_model_batch, model_keys=MODEL_KEYS)
+                if split == "train" else None))
 
 
 def build_model(config, rngs):
@@ -91,7 +104,7 @@ def _task(name, read):
                    build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
                    load_pretrained=squad_task.load_pretrained,
                    export_pretrained=squad_task.export_pretrained,
-                   describe_head=squad_task.describe_head)
+                   describe_head=squad_task.describe_head, shard_spec=shard_spec)
 
 
 TASKS = {"race": _task("race", _read_race), "dream": _task("dream", _read_dream)}

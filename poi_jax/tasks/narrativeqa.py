@@ -9,6 +9,7 @@ joined by spaces) go to ``<workdir>/predictions.json``.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -250,8 +251,56 @@ def evaluate(config, records, features, outputs, workdir, *, score: bool = True)
   return rouge_bleu.narrativeqa_scores(preds, meta["references"])
 
 
+def _build_whole_split(records, tokenizer, *, config_json: str, is_training: bool):
+  """`featurize` of the whole split, as the one shard of a `shard_spec` (array widths follow the
+  split's longest passage, so the features are not built record by record)."""
+  import ml_collections
+  config = ml_collections.ConfigDict(json.loads(config_json))
+  features = featurize(list(records), tokenizer, config, is_training=is_training)
+  if "word_of_token" in features.meta:  # (equal-length rows: one array in the shard's meta)
+    features.meta["word_of_token"] = np.stack(features.meta["word_of_token"])
+  return features
+
+
+def _merge_whole_split(parts, starts):
+  del starts
+  if len(parts) != 1:
+    raise ValueError(f"NarrativeQA features are one shard per split, got {len(parts)}")
+  return parts[0]
+
+
+# data.* fields that do not change the features of the records (the source file is in the key
+# by its bytes, the caps by their values).
+_NOT_FEATURES = ("num_workers", "cache_dir", "train_file", "eval_file", "predict_file",
+                 "max_train_examples", "max_eval_examples", "skip_eval_examples",
+                 "records_per_shard")
+
+
+def _feature_config_json(config) -> str:
+  """The ``data`` and ``model`` sections (what `featurize` reads) as JSON, for the key."""
+  d = config.data.to_dict()
+  for k in _NOT_FEATURES:
+    d.pop(k, None)
+  return json.dumps({"data": d, "model": config.model.to_dict()}, sort_keys=True, default=str)
+
+
+def shard_spec(config, tokenizer, split: str):
+  """The whole split as one feature shard (see `_build_whole_split`)."""
+  from poi_jax.data import shards
+  del tokenizer
+  is_training = split == "train"
+  n = config.data.narrativeqa
+  return shards.ShardSpec(
+      kind=f"narrativeqa-{config.model.head}", build=_build_whole_split,
+      merge=_merge_whole_split, per_record=False,
+      options=dict(config_json=_feature_config_json(config), is_training=is_training),
+      read_options=dict(set=n.train_set if is_training else n.eval_set,
+                        summaries_file=n.summaries_file, lexicon=config.model.dassa.lexicon))
+
+
 TASKS = {"narrativeqa": base.Task(
     name="narrativeqa", metric="rouge_l", read=read, featurize=featurize,
     build_model=build_model, evaluate=evaluate, model_keys=QANET_KEYS + ENCODER_KEYS,
     load_pretrained=load_pretrained, export_pretrained=export_pretrained,
-    needs_tokenizer=lambda config: config.model.head == "encoder_dassa")}
+    needs_tokenizer=lambda config: config.model.head == "encoder_dassa",
+    shard_spec=shard_spec)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 
-from poi_jax.data import cache, parallel
+from poi_jax.data import parallel, shards
 from poi_jax.data.features import nq_windows
 from poi_jax.data.readers import nq as nq_reader
 from poi_jax.eval import nq as nq_eval
@@ -33,22 +33,29 @@ def feature_options(config, is_training: bool) -> dict:
 
 
 def featurize(records, tokenizer, config, *, is_training: bool):
-  """Windows + graphs, from ``data.cache_dir`` when cached, else built by ``data.num_workers``
-  worker processes (and cached)."""
+  """Windows + graphs of ``records`` in memory, built by ``data.num_workers`` worker processes
+  (the engine reads feature shards instead: `shard_spec`)."""
   options = feature_options(config, is_training)
-  key_options = dict(options, feature_version=nq_windows.FEATURE_VERSION,
-                     splitter=nq_windows.splitter_name())
-  build_fn = lambda: parallel.featurize(
+  features = parallel.featurize(
       nq_windows.build_nq_features, nq_windows.merge_nq_features, records, tokenizer, options,
       num_workers=config.data.num_workers,
       desc=f"nq {'train' if is_training else 'eval'} windows")
-  features = cache.cached_features(config.data.cache_dir, "nq", records, tokenizer, key_options,
-                                   build_fn)
   if features.meta["graph_overflow"]:
     logging.warning("%d NQ windows have more sentences/paragraphs than the graph holds "
                     "(model.graph.max_sentences/max_paragraphs); their extra nodes are dropped",
                     features.meta["graph_overflow"])
   return features
+
+
+def shard_spec(config, tokenizer, split: str) -> shards.ShardSpec:
+  """NQ windows + graphs as feature shards (the windows of each page; the negative windows of
+  training are sampled per page from ``seed`` and the page id, so shards change nothing)."""
+  del tokenizer
+  options = feature_options(config, split == "train")
+  return shards.ShardSpec(
+      kind="nq", build=nq_windows.build_nq_features, merge=nq_windows.merge_nq_features,
+      options=options, key_options=dict(feature_version=nq_windows.FEATURE_VERSION,
+                                        splitter=nq_windows.splitter_name()))
 
 
 def graph_config(config, enc_cfg):
@@ -106,4 +113,5 @@ def evaluate(config, records, features, outputs, workdir, *, score: bool = True)
 TASKS = {"nq": base.Task(name="nq", metric=METRIC, read=read, featurize=featurize,
                          build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
                          load_pretrained=load_pretrained, export_pretrained=export_pretrained,
-                         encoder_attr="bert", describe_head=describe_head)}
+                         encoder_attr="bert", describe_head=describe_head,
+                         shard_spec=shard_spec)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-from poi_jax.data import cache
+from poi_jax.data import shards
 from poi_jax.data.features import segments
 from poi_jax.data.readers.newsqa import read_newsqa
 from poi_jax.data.readers.nlquad import read_nlquad
@@ -52,15 +52,13 @@ def feature_options(config, is_training: bool) -> dict:
               max_segments=d.qopn.max_segments, is_training=is_training)
 
 
-def featurize(records, tokenizer, config, *, is_training: bool):
-  options = feature_options(config, is_training)
+def _check(tokenizer, options: dict) -> None:
   segments.check_options(tokenizer, max_seq_length=options["max_seq_length"],
                          max_query_length=options["max_query_length"],
                          max_segments=options["max_segments"])
-  build_fn = lambda: segments.build_segment_features(records, tokenizer, **options)
-  features = cache.cached_features(config.data.cache_dir, "qopn_segments", records, tokenizer,
-                                   dict(options, feature_version=segments.FEATURE_VERSION),
-                                   build_fn)
+
+
+def _report(features, options: dict, is_training: bool) -> None:
   m = features.meta
   if is_training and (m["dropped_cut"] or m["dropped_unmappable"]):
     logging.warning("QOPN: %d training questions dropped because their answer lies past the "
@@ -69,10 +67,32 @@ def featurize(records, tokenizer, config, *, is_training: bool):
   if m["truncated_articles"]:
     logging.info("QOPN: %d questions' articles were cut after %d segments",
                  m["truncated_articles"], options["max_segments"])
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  """QOPN segment features of ``records`` in memory (the engine reads feature shards instead:
+  `shard_spec`)."""
+  options = feature_options(config, is_training)
+  _check(tokenizer, options)
+  features = segments.build_segment_features(records, tokenizer, **options)
+  _report(features, options, is_training)
   if not len(features.arrays["input_ids"]):
     raise ValueError(f"no {'training' if is_training else 'evaluation'} questions left after "
-                     f"segmenting ({m['dropped_cut']} answers past the last segment)")
+                     f"segmenting ({features.meta['dropped_cut']} answers past the last segment)")
   return features
+
+
+def shard_spec(config, tokenizer, split: str) -> shards.ShardSpec:
+  """QOPN segment features as feature shards (one row per kept question)."""
+  options = feature_options(config, split == "train")
+  _check(tokenizer, options)
+  q = config.data.qopn
+  return shards.ShardSpec(
+      kind="qopn_segments", build=segments.build_segment_features,
+      merge=segments.merge_segment_features, options=options,
+      key_options=dict(feature_version=segments.FEATURE_VERSION),
+      read_options=({"stories": q.train_split if split == "train" else q.eval_split}
+                    if config.task == "newsqa" else {}))
 
 
 def question_window(config) -> int:
@@ -133,7 +153,7 @@ def _task(name):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
                    build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
                    load_pretrained=load_pretrained, export_pretrained=export_pretrained,
-                   describe_head=describe_head)
+                   describe_head=describe_head, shard_spec=shard_spec)
 
 
 TASKS = {"newsqa": _task("newsqa"), "nlquad": _task("nlquad")}

@@ -4,7 +4,9 @@ from __future__ import annotations
 import logging
 import os
 
-from poi_jax.data import cache, parallel, readers
+import functools
+
+from poi_jax.data import parallel, readers, shards
 from poi_jax.data.features import extractive
 from poi_jax.data.features.extractive import build_extractive_features, check_options
 from poi_jax.data.pos import pos_version
@@ -48,21 +50,26 @@ def feature_options(config, is_training: bool) -> dict:
               pos_alignment=d.pos_alignment, pos_lowercase=d.pos_lowercase)
 
 
-def featurize(records, tokenizer, config, *, is_training: bool):
-  """Extractive features, from ``data.cache_dir`` when cached, else built by
-  ``data.num_workers`` worker processes (and cached)."""
-  options = feature_options(config, is_training)
+def _key_options(options: dict) -> dict:
+  return dict(feature_version=extractive.FEATURE_VERSION,
+              nltk=pos_version() if options["with_pos"] else None)
+
+
+def _check(tokenizer, options: dict) -> None:
   check_options(tokenizer, max_seq_length=options["max_seq_length"],
                 doc_stride=options["doc_stride"], max_query_length=options["max_query_length"],
                 pos_alignment=options["pos_alignment"])
-  key_options = dict(options, feature_version=extractive.FEATURE_VERSION,
-                     nltk=pos_version() if options["with_pos"] else None)
-  build = lambda: parallel.featurize(
+
+
+def featurize(records, tokenizer, config, *, is_training: bool):
+  """Extractive features of ``records`` in memory, built by ``data.num_workers`` worker
+  processes (the engine reads feature shards instead: `shard_spec`)."""
+  options = feature_options(config, is_training)
+  _check(tokenizer, options)
+  features = parallel.featurize(
       build_extractive_features, extractive.merge_extractive_features, records, tokenizer,
       options, num_workers=config.data.num_workers,
       desc=f"{config.task} {'train' if is_training else 'eval'} features")
-  features = cache.cached_features(config.data.cache_dir, "extractive", records, tokenizer,
-                                   key_options, build)
   if features.meta["skipped_mismatch"]:
     logging.warning("%d answers whose text does not match the context at answer_start were %s "
                     "(as the original pipeline does), e.g. %s",
@@ -70,6 +77,19 @@ def featurize(records, tokenizer, config, *, is_training: bool):
                     "skipped" if is_training else "kept unlabelled",
                     features.meta["skipped_mismatch"][:5])
   return features
+
+
+def shard_spec(config, tokenizer, split: str) -> shards.ShardSpec:
+  """The extractive features of ``split`` as feature shards (windows of each question)."""
+  is_training = split == "train"
+  options = feature_options(config, is_training)
+  _check(tokenizer, options)
+  return shards.ShardSpec(
+      kind="extractive", build=build_extractive_features,
+      merge=extractive.merge_extractive_features, options=options,
+      key_options=_key_options(options),
+      validate=(functools.partial(base.validate_model_batch, model_keys=MODEL_KEYS)
+                if is_training else None))
 
 
 def build_model(config, rngs):
@@ -161,7 +181,8 @@ def _task(name, version_2):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
                    build_model=build_model, evaluate=_evaluate(version_2),
                    model_keys=MODEL_KEYS, load_pretrained=load_pretrained,
-                   export_pretrained=export_pretrained, describe_head=describe_head)
+                   export_pretrained=export_pretrained, describe_head=describe_head,
+                   shard_spec=shard_spec)
 
 
 TASKS = {"squad1": _task("squad1", False), "squad2": _task("squad2", True)}

@@ -24,13 +24,14 @@ from poi_jax.train import placement
 from poi_jax.train.setup import config_dict
 
 
-def predict(run, features, batch_size: int, *, desc: str = "predict") -> dict[str, np.ndarray]:
-  """The model's outputs over all ``features`` (numpy, leading axis = number of features)."""
+def predict(run, split, batch_size: int, *, desc: str = "predict") -> dict[str, np.ndarray]:
+  """The model's outputs over every window of ``split`` (numpy, leading axis = number of
+  windows); the windows are read batch by batch from the split's feature shards."""
   sharded = run.sharded
-  arrays = run.task.model_arrays(features.arrays)
-  n = len(next(iter(arrays.values())))
+  rows = split.shards.rows(run.task.model_keys)
+  n = len(rows)
   outs = []
-  batches = eval_batches(arrays, batch_size, process_index=jax.process_index(),
+  batches = eval_batches(rows, batch_size, process_index=jax.process_index(),
                          process_count=jax.process_count())
   n_batches = -(-n // batch_size)
   for local in tqdm(batches, total=n_batches, desc=desc, unit="batch", leave=False,
@@ -64,8 +65,11 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
   best one is known."""
   config, split = run.config, run.eval
   score = run.mode != "predict"
-  outputs = predict(run, split.features, config.train.eval_batch_size,
+  outputs = predict(run, split, config.train.eval_batch_size,
                     desc="predict" if not score else f"eval @ {step}")
+  # Decoding maps windows back to questions: the split's arrays and meta, for this evaluation
+  # only (training never holds them).
+  features = split.load_features()
   counts = {"num_questions": len(split.records), "num_questions_in_source": split.num_in_source}
   if run.is_chief:
     out_dir = os.path.abspath(run.output_dir)
@@ -75,7 +79,7 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
     staging = tempfile.mkdtemp(dir=parent, prefix=".staging-")
     os.chmod(staging, default_mode(directory=True))
     try:
-      results = run.task.evaluate(config, split.records, split.features, outputs, staging,
+      results = run.task.evaluate(config, split.records, features, outputs, staging,
                                   score=score)
       write_json_atomic(os.path.join(staging, "eval_results.json"),
                         dict(results, step=step, **counts))
@@ -95,7 +99,7 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
                + (f": {shown}" if shown else ""))
   else:
     with tempfile.TemporaryDirectory() as scratch:
-      results = run.task.evaluate(config, split.records, split.features, outputs, scratch,
+      results = run.task.evaluate(config, split.records, features, outputs, scratch,
                                   score=score)
   if save and step > 0:
     metric = run.checkpointer.best_metric

@@ -1,6 +1,6 @@
 """The engine: ``train_and_evaluate(config, workdir, mode)`` for every Task.
 
-read -> featurize -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
+read -> feature shards (`poi_jax.train.data`) -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
 -> predict -> decode -> official metrics -> predictions in the workdir. The pieces live apart:
 
 * `poi_jax.train.setup`: everything built and validated before compiling (`Run`).
@@ -93,8 +93,9 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   """The training loop: resume, step, log, evaluate every ``train.eval_every`` steps (default:
   each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C."""
   config, sharded, checkpointer, writer = run.config, run.sharded, run.checkpointer, run.writer
-  arrays = run.task.model_arrays(run.train.features.arrays)
-  loader = TrainLoader(arrays, config.train.batch_size, seed=config.seed,
+  # The model's arrays, read batch by batch from the feature shards (grain ArrayRecord source).
+  rows = run.train.shards.rows(run.task.model_keys)
+  loader = TrainLoader(rows, config.train.batch_size, seed=config.seed,
                        process_index=jax.process_index(), process_count=jax.process_count())
   steps_per_epoch = max(loader.num_examples // config.train.batch_size, 1)
   eval_every = (config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch)

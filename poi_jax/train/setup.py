@@ -12,15 +12,15 @@ from typing import Any, Callable
 
 import jax
 import ml_collections
-import numpy as np
 from absl import logging
 from flax import nnx
 
 from poi_jax import tasks
 from poi_jax.data.features.base import Features
 from poi_jax.io import write_json_atomic
-from poi_jax.models import build, checks, encoders
+from poi_jax.models import build, encoders
 from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.train import data as data_lib
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import optim
 
@@ -29,11 +29,20 @@ MODES = ("train", "eval", "train_and_eval", "predict")
 
 @dataclasses.dataclass
 class Split:
-  """One data split: its records (for decoding and scoring), their features, and how many
-  records its source holds (more than ``len(records)`` when a cap applies)."""
-  records: list
-  features: Features
+  """One data split: its feature shards (`poi_jax.data.shards.ShardedSplit`), how many records
+  its source holds (more than the shards' when a cap applies), and, for evaluation, its records
+  (for decoding and scoring; training never holds its records)."""
+  records: list | None
+  shards: Any
   num_in_source: int
+
+  @property
+  def num_examples(self) -> int:
+    return self.shards.num_examples
+
+  def load_features(self) -> Features:
+    """Every window's arrays and meta in memory (evaluation's decoding), merged by the task."""
+    return self.shards.load_features()
 
 
 @dataclasses.dataclass
@@ -71,7 +80,8 @@ class Run:
   def batch_ndims(self) -> dict[str, int]:
     """The model's batch arrays and their ranks."""
     split = self.train or self.eval
-    return {k: np.ndim(v) for k, v in self.task.model_arrays(split.features.arrays).items()}
+    return {k: len(shape) for k, shape in self.task.model_arrays(
+        split.shards.array_shapes()).items()}
 
 
 def load_tokenizer(config):
@@ -102,13 +112,14 @@ def check_batch_sizes(config, mesh) -> None:
 
 
 def with_cache_dir(config, workdir: str):
-  """``data.cache_dir`` resolved: empty -> ``<workdir>/cache``; "none" -> no cache."""
+  """``data.cache_dir`` resolved: empty (or the old "none") -> ``<workdir>/cache``, where the
+  feature shards go (`poi_jax.train.data`)."""
   cache_dir = config.data.get("cache_dir", None)
-  if cache_dir is None or (cache_dir and cache_dir != "none"):
+  if cache_dir and cache_dir != "none":
     return config
   config = config.copy_and_resolve_references()
   with config.unlocked():
-    config.data.cache_dir = "" if cache_dir == "none" else os.path.join(workdir, "cache")
+    config.data.cache_dir = os.path.join(workdir, "cache")
   return config
 
 
@@ -117,12 +128,8 @@ def config_dict(config) -> dict:
   return json.loads(config.to_json())
 
 
-def _total_steps(config, features: Features, task) -> int:
-  arrays = task.model_arrays(features.arrays)
-  if checks.is_concrete(arrays) and "input_ids" in arrays:
-    checks.check_batch(arrays)
-  n_train = len(next(iter(arrays.values())))
-  steps_per_epoch = max(n_train // config.train.batch_size, 1)
+def _total_steps(config, num_train: int) -> int:
+  steps_per_epoch = max(num_train // config.train.batch_size, 1)
   return (config.train.max_steps if config.train.max_steps > 0
           else max(int(config.train.epochs * steps_per_epoch), 1))
 
@@ -161,15 +168,13 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
                      f"empty, so there are no trained weights to evaluate; train first, or pass "
                      f"--config.model.init_from=<checkpoint>")
 
-  # Read and validate every input before anything is built.
-  train_records = eval_records = None
-  n_train_source = n_eval_source = 0
+  # Read and validate the evaluation's records before anything is built (the training
+  # records are streamed into feature shards below, each validated as it is read).
+  eval_records = None
+  n_eval_source = 0
   d = config.data
-  if mode in ("train", "train_and_eval"):
-    records = task.read(config, "train")
-    n_train_source, train_records = len(records), tasks.cap(records, d.max_train_examples)
   if mode in ("eval", "train_and_eval", "predict"):
-    records = task.read(config, "predict" if mode == "predict" else "eval")
+    records = list(task.read(config, "predict" if mode == "predict" else "eval"))
     n_eval_source = len(records)
     eval_records = tasks.cap(records, d.max_eval_examples, d.get("skip_eval_examples", 0))
     if not eval_records:
@@ -207,14 +212,17 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
 
   train = evaluation = None
   total = 1
-  if train_records is not None:
-    train = Split(train_records,
-                  task.featurize(train_records, tokenizer, config, is_training=True),
-                  n_train_source)
-    total = _total_steps(config, train.features, task)
+  if mode in ("train", "train_and_eval"):
+    prepared = data_lib.prepare_split(task, config, "train", tokenizer)
+    if prepared.num_windows == 0:
+      raise ValueError(f"no training features: the {prepared.num_examples} training records of "
+                       f"data.train_file={config.data.train_file!r} gave no window")
+    train = Split(None, prepared, prepared.num_examples)
+    total = _total_steps(config, prepared.num_windows)
   if eval_records is not None:
-    evaluation = Split(eval_records,
-                       task.featurize(eval_records, tokenizer, config, is_training=False),
+    role = "predict" if mode == "predict" else "eval"
+    evaluation = Split(eval_records, data_lib.prepare_split(task, config, role, tokenizer,
+                                                            records=iter(eval_records)),
                        n_eval_source)
 
   tx, schedule = optim.make_optimizer(config.optim, total)

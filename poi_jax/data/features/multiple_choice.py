@@ -125,9 +125,12 @@ def build_choice_features(examples: list[ChoiceExample], tokenizer, *, max_seq_l
 
 
 def merge_choice_features(parts: list[Features], starts: list[int]) -> Features:
-  """Concatenates the features of consecutive chunks of questions into those of all of them."""
-  del starts  # example_index is renumbered from the concatenation
-  arrays = {k: np.concatenate([p.arrays[k] for p in parts], axis=0) for k in parts[0].arrays}
-  arrays["example_index"] = np.arange(len(arrays["labels"]), dtype=np.int32)
+  """Concatenates the features of consecutive chunks of questions (``starts``: each chunk's
+  first question index) into those of all of them, ``example_index`` made global."""
+  # One row per question: a chunk's example_index (0..) shifted by its first question's index.
+  arrays = {k: np.concatenate([p.arrays[k] + s if k == "example_index" else p.arrays[k]
+                               for p, s in zip(parts, starts)], axis=0)
+            for k in parts[0].arrays}
+  arrays["example_index"] = arrays["example_index"].astype(np.int32)
   return Features(arrays, {k: [v for p in parts for v in p.meta[k]] for k in ("ids", "levels",
                                                                   "pos_original_past_end")})

@@ -235,3 +235,19 @@ def build_segment_features(examples: list[SquadExample], tokenizer, *, max_seq_l
               contexts=[examples[row["ei"]].context for row in rows],
               num_examples=len(examples))
   return Features(arrays, meta)
+
+
+def merge_segment_features(parts: list[Features], starts: list[int]) -> Features:
+  """Concatenates the features of consecutive chunks of questions (``starts``: each chunk's first
+  question index) into those of all of them, ``example_index`` made global."""
+  arrays = {k: np.concatenate([p.arrays[k] + s if k == "example_index" else p.arrays[k]
+                               for p, s in zip(parts, starts)]).astype(np.int32)
+            for k in parts[0].arrays}
+  meta = {k: int(sum(p.meta[k] for p in parts))
+          for k in ("dropped_cut", "dropped_unmappable", "truncated_articles",
+                    "truncated_questions", "num_examples")}
+  for k in ("token_index", "offsets"):
+    meta[k] = np.concatenate([p.meta[k] for p in parts]).astype(np.int32)
+  for k in ("segment_chars", "qids", "contexts"):
+    meta[k] = [v for p in parts for v in p.meta[k]]
+  return Features(arrays, meta)
