@@ -358,7 +358,7 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 10.0, max_qu
   async def serve(request: Request, kind: str, parse):
     try:
       if (kind == "answer") != reader.is_extractive:
-        other = "/v1/choose" if reader.is_extractive else "/v1/answer"
+        other = "/v1/answer" if reader.is_extractive else "/v1/choose"
         raise InputError(404, "<endpoint>", f"this is a {reader.config.task} model: use {other}")
       objs, single = _items(await read_json(request))
       loop = asyncio.get_running_loop()
