@@ -189,7 +189,7 @@ def test_demo_page_in_a_real_browser(server, records, squad_tiny_run, tmp_path):
   r = next(r for r in records if any(c["text"] for c in nbest[r.qid]) and len(r.context) < 900)
   options = webdriver.ChromeOptions()
   options.binary_location = chromium
-  for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1100,1000",
+  for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1100,1250",
               "--disable-dev-shm-usage"):
     options.add_argument(arg)
   driver = webdriver.Chrome(options=options,
