@@ -430,6 +430,9 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
+  # A batch of questions that takes over a second to featurise would draw the featurizer's
+  # progress bar on the server's stderr: no bars in a server.
+  os.environ.setdefault("TQDM_DISABLE", "1")
   for name, value in (("max_batch", _MAX_BATCH.value), ("max_queue", _MAX_QUEUE.value),
                       ("max_body_bytes", _MAX_BODY.value)):
     if value < 1:

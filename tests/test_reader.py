@@ -214,11 +214,16 @@ def dream_run(tmp_path_factory, data_dir):
                 data__max_seq_length=64, train__max_steps=3, train__save_every=100)
 
 
-def test_choose_equals_the_engines_predictions_and_the_export(dream_run):
+@pytest.fixture(scope="module")
+def dream_reader(dream_run):
+  return Reader.load(dream_run)
+
+
+def test_choose_equals_the_engines_predictions_and_the_export(dream_run, dream_reader):
   records = _eval_records(dream_run, readers.read_dream)
   assert len(records) == 12
   preds = json.loads((dream_run / "predictions.json").read_text())
-  reader = Reader.load(dream_run)
+  reader = dream_reader
   choices = reader.choose([r.passage for r in records], [r.question for r in records],
                           [r.options for r in records])
   assert {r.qid: c.index for r, c in zip(records, choices)} == preds
@@ -277,3 +282,34 @@ def test_import_is_cheap_and_changes_no_setting():
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                      env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
   assert r.stdout.split() == ["False", "False", "poi_jax.reader"], r.stderr[-2000:]
+
+
+@pytest.mark.required
+def test_the_server_chooses_as_the_reader(dream_run, dream_reader):
+  """``POST /v1/choose`` (in-process, the app of `poi_jax.serve` on this module's DREAM Reader):
+  the Reader's choices, batched; a bad options list is a 422 naming ``options``."""
+  from tests.required_checks import import_or_skip
+  import_or_skip("fastapi", "the [serve] extra: pip install -e '.[serve]'")
+  import_or_skip("httpx", "the [test] extra")
+  from fastapi.testclient import TestClient
+
+  from poi_jax import serve
+  records = _eval_records(dream_run, readers.read_dream)[:4]
+  expected = dream_reader.choose([r.passage for r in records], [r.question for r in records],
+                                 [r.options for r in records])
+  api = serve.create_app(dream_reader, max_batch=4, warmup=False)
+  body = [{"passage": r.passage, "question": r.question, "options": r.options} for r in records]
+  with TestClient(api) as client:
+    listed = client.post("/v1/choose", json=body)
+    one = client.post("/v1/choose", json=dict(body[1], context=body[1].pop("passage")))
+    bad = client.post("/v1/choose", json=dict(body[0], options=["only one"]))
+    wrong = client.post("/v1/answer", json={"question": "q", "context": "c"})
+    health = client.get("/healthz").json()
+  assert listed.status_code == 200, listed.text
+  assert [c["index"] for c in listed.json()] == [c.index for c in expected]
+  np.testing.assert_allclose([c["probabilities"] for c in listed.json()],
+                             [c.probabilities for c in expected], atol=1e-5)
+  assert one.json()["option"] == expected[1].option
+  assert (bad.status_code, bad.json()["field"]) == (422, "options")
+  assert wrong.status_code == 404 and "/v1/choose" in wrong.json()["error"]
+  assert (health["kind"], health["task"]) == ("multiple_choice", "dream")
