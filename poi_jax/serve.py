@@ -41,24 +41,6 @@ from importlib import resources
 
 from absl import app, flags, logging
 
-_MODEL = flags.DEFINE_string("model", None, "A poi-jax workdir or its export/ directory.")
-_HOST = flags.DEFINE_string("host", "127.0.0.1", "Interface to listen on.")
-_PORT = flags.DEFINE_integer("port", 8080, "Port to listen on.")
-_MAX_BATCH = flags.DEFINE_integer("max_batch", 16, "Most questions answered by one model call.")
-_MAX_WAIT_MS = flags.DEFINE_float(
-    "max_wait_ms", 5.0, "Longest a question waits for others to fill its batch (questions "
-    "that arrive while the model is busy are batched anyway).")
-_MAX_QUEUE = flags.DEFINE_integer(
-    "max_queue", 256, "Most questions waiting; beyond, 503 with Retry-After.")
-_MAX_BODY = flags.DEFINE_integer("max_body_bytes", 1 << 20, "Largest request body (413 beyond).")
-_MAX_WINDOWS = flags.DEFINE_integer(
-    "max_windows", 16, "Most windows (data.max_seq_length tokens, data.doc_stride apart) one "
-    "passage may take (422 beyond).")
-_NULL_THRESHOLD = flags.DEFINE_float("null_threshold", None, "SQuAD 2.0: override δ.")
-_WARMUP = flags.DEFINE_bool(
-    "warmup", True, "Compile every batch shape before serving (else the first requests of each "
-    "size wait for a compilation).")
-
 STATIC = "static"  # package data: poi_jax/static/{index.html,demo.js,demo.css}
 DEFAULT_TOP_K = 5
 
@@ -425,7 +407,30 @@ def run(api, *, host: str, port: int) -> int:
   return 0
 
 
+def define_flags() -> None:
+  """The command line's flags; defined when run as a program only, so that importing this
+  module (tests, an app of your own) does not clash with other modules' absl flags."""
+  flags.DEFINE_string("model", None, "A poi-jax workdir or its export/ directory.")
+  flags.DEFINE_string("host", "127.0.0.1", "Interface to listen on.")
+  flags.DEFINE_integer("port", 8080, "Port to listen on.")
+  flags.DEFINE_integer("max_batch", 16, "Most questions answered by one model call.")
+  flags.DEFINE_float(
+      "max_wait_ms", 5.0, "Longest a question waits for others to fill its batch (questions "
+      "that arrive while the model is busy are batched anyway).")
+  flags.DEFINE_integer(
+      "max_queue", 256, "Most questions waiting; beyond, 503 with Retry-After.")
+  flags.DEFINE_integer("max_body_bytes", 1 << 20, "Largest request body (413 beyond).")
+  flags.DEFINE_integer(
+      "max_windows", 16, "Most windows (data.max_seq_length tokens, data.doc_stride apart) one "
+      "passage may take (422 beyond).")
+  flags.DEFINE_float("null_threshold", None, "SQuAD 2.0: override δ.")
+  flags.DEFINE_bool(
+      "warmup", True, "Compile every batch shape before serving (else the first requests of each "
+      "size wait for a compilation).")
+
+
 def main(argv):
+  FLAGS = flags.FLAGS
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
@@ -433,8 +438,8 @@ def main(argv):
   # A batch of questions that takes over a second to featurise would draw the featurizer's
   # progress bar on the server's stderr: no bars in a server.
   os.environ.setdefault("TQDM_DISABLE", "1")
-  for name, value in (("max_batch", _MAX_BATCH.value), ("max_queue", _MAX_QUEUE.value),
-                      ("max_body_bytes", _MAX_BODY.value)):
+  for name, value in (("max_batch", FLAGS.max_batch), ("max_queue", FLAGS.max_queue),
+                      ("max_body_bytes", FLAGS.max_body_bytes)):
     if value < 1:
       raise app.UsageError(f"--{name}={value} must be positive")
   try:
@@ -448,20 +453,21 @@ def main(argv):
   from poi_jax.reader import Reader
   try:
     # batch_size = max_batch: a batch of one-window questions is one model call.
-    reader = Reader.load(_MODEL.value, null_threshold=_NULL_THRESHOLD.value,
-                         batch_size=_MAX_BATCH.value)
+    reader = Reader.load(FLAGS.model, null_threshold=FLAGS.null_threshold,
+                         batch_size=FLAGS.max_batch)
   except (CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  api = create_app(reader, max_batch=_MAX_BATCH.value, max_wait_ms=_MAX_WAIT_MS.value,
-                   max_queue=_MAX_QUEUE.value, max_body_bytes=_MAX_BODY.value,
-                   max_windows=_MAX_WINDOWS.value, warmup=_WARMUP.value,
-                   model_path=os.path.abspath(_MODEL.value))
-  print(f"serving {reader.config.task} (step {reader.step}) on http://{_HOST.value}:"
-        f"{_PORT.value}/ (API docs: /docs)", flush=True)
-  return run(api, host=_HOST.value, port=_PORT.value)
+  api = create_app(reader, max_batch=FLAGS.max_batch, max_wait_ms=FLAGS.max_wait_ms,
+                   max_queue=FLAGS.max_queue, max_body_bytes=FLAGS.max_body_bytes,
+                   max_windows=FLAGS.max_windows, warmup=FLAGS.warmup,
+                   model_path=os.path.abspath(FLAGS.model))
+  print(f"serving {reader.config.task} (step {reader.step}) on http://{FLAGS.host}:"
+        f"{FLAGS.port}/ (API docs: /docs)", flush=True)
+  return run(api, host=FLAGS.host, port=FLAGS.port)
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["model"])
   app.run(main)
