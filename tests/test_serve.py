@@ -22,6 +22,10 @@ from poi_jax import tasks
 from poi_jax.data import readers
 from tests.conftest import ROOT
 
+# fastapi, uvicorn, httpx and selenium are in the [test] extra: under CI a skip means a broken
+# install (tests/required_checks.py); on a machine without them each test skips naming the step.
+pytestmark = pytest.mark.required
+
 MAX_BODY, MAX_WINDOWS, MAX_BATCH = 40_000, 3, 8
 # δ for the server: the tiny model (4 steps) prefers "no answer" at its tuned δ; with this one it
 # answers every question that has a candidate span (the demo page shows a span to outline).
