@@ -9,7 +9,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["poi_jax", "poi_jax.*"]),
     # DASSA's explicit discourse connective lexicon.
-    package_data={"poi_jax.data.features": ["pdtb_connectives.txt"]},
+    package_data={"poi_jax.data.features": ["pdtb_connectives.txt"],
+                  # The serve demo page (python -m poi_jax.serve): static files, no build step.
+                  "poi_jax": ["static/*"]},
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",
@@ -42,7 +44,15 @@ setup(
             # natural-questions' nq_eval.py imports six, which its wheel does not declare: without
             # it the official-evaluator tests cannot import it (and CI fails on their skip).
             "six",
+            # poi_jax.serve's tests (the [serve] extra) and its real-browser test (selenium
+            # drives Debian's chromium + chromium-driver: README "Install").
+            "fastapi",
+            "uvicorn",
+            "httpx",
+            "selenium",
         ],
+        # HTTP serving: python -m poi_jax.serve (FastAPI on uvicorn).
+        "serve": ["fastapi", "uvicorn"],
         # Natural Questions: spaCy's rule-based sentencizer (no model download).
         "nq": ["spacy>=3"],
         # TFDS readers (squad/v1.1, squad/v2.0, race/*); no TensorFlow needed.

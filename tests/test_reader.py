@@ -14,15 +14,12 @@ import numpy as np
 import pytest
 
 from configs import dream as dream_config
-from configs import squad2 as squad_config
 from poi_jax import Reader, export_files, tasks
 from poi_jax.data import readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import loop
-from tests.conftest import DATA, ROOT
-
-SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
+from tests.conftest import ROOT
 
 
 def _train(config, workdir, **fields):
@@ -35,11 +32,9 @@ def _train(config, workdir, **fields):
 
 
 @pytest.fixture(scope="module")
-def squad_run(tmp_path_factory, data_dir):
-  return _train(squad_config.get_config("tiny"), tmp_path_factory.mktemp("squad") / "work",
-                data__train_file=str(SQUAD), data__eval_file=str(SQUAD),
-                data__max_train_examples=48, data__max_eval_examples=24,
-                train__max_steps=4, train__save_every=100, train__log_every=2)
+def squad_run(squad_tiny_run):
+  # tests/conftest.py: trained once per session, shared with tests/test_serve.py.
+  return squad_tiny_run
 
 
 def _eval_records(workdir, read):
@@ -58,7 +53,15 @@ def squad_records(squad_run):
 
 @pytest.fixture(scope="module")
 def squad_reader(squad_run):
-  return Reader.load(squad_run)
+  # Reader.load restores the model only: building the optimizer (AdamW's state, twice the
+  # parameters' memory) fails the load, and with it every test that uses this Reader.
+  from poi_jax.train import optim
+
+  def no_optimizer(*args, **kwargs):
+    raise AssertionError("Reader.load built the optimizer")
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(optim, "make_optimizer", no_optimizer)
+    return Reader.load(squad_run)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +120,52 @@ def test_null_threshold_is_the_one_tuned_at_the_checkpoint(squad_run, squad_read
     assert a.text == ("" if a.no_answer else best)
 
 
+def test_answers_print_nothing(squad_reader, squad_records, capfd):
+  capfd.readouterr()
+  squad_reader.answer([r.question for r in squad_records[:3]],
+                      [r.context for r in squad_records[:3]])
+  squad_reader.answer(squad_records[0].question, squad_records[0].context, explain=True)
+  out, err = capfd.readouterr()
+  assert (out, err) == ("", "")  # no featurizer progress bar per call
+
+
+def test_explain_gives_every_context_token_once_with_its_score_and_tag(squad_reader,
+                                                                        squad_records):
+  from poi_jax.data.pos import PENN_TAGS
+  n_tokens = [len(squad_reader.tokenizer(r.context)["input_ids"]) for r in squad_records]
+  r = squad_records[int(np.argmax(n_tokens))]  # several overlapping windows
+  plain = squad_reader.answer(r.question, r.context, null_threshold=0.0)
+  a = squad_reader.answer(r.question, r.context, null_threshold=0.0, explain=True)
+  assert (a.text, a.start, a.end, a.no_answer) == (plain.text, plain.start, plain.end,
+                                                   plain.no_answer)
+  assert a.score == pytest.approx(plain.score, abs=1e-4)
+  assert plain.tokens is None and "tokens" not in plain.to_dict()
+  assert squad_reader.has_token_scores  # the tiny config: POI-Net, paper co-attention
+  starts = [t["start"] for t in a.tokens]
+  assert starts == sorted(set(starts))  # each sub-token once, in order, across the windows
+  for t in a.tokens:
+    assert t["text"] == r.context[t["start"]:t["end"]]
+    assert 0.0 <= t["score"] <= 1.0
+    assert t["pos"] in PENN_TAGS + ("other",)
+  # The sub-tokens cover the passage's text (the uncased word pieces: all but the spaces).
+  assert "".join(t["text"] for t in a.tokens) == "".join(r.context.split())
+  assert len({round(t["score"], 4) for t in a.tokens}) > 10  # shading that varies
+  assert {"NN", "DT"} <= {t["pos"] for t in a.tokens}
+
+
+def test_no_candidate_span_is_said_explicitly(squad_reader, squad_records, monkeypatch):
+  r = squad_records[0]
+  # With max_answer_length 0 no span passes the decoder's length rule: no candidate at all.
+  monkeypatch.setattr(squad_reader.config.eval, "max_answer_length", 0)
+  a = squad_reader.answer(r.question, r.context, null_threshold=1e9)
+  assert a.no_candidate and a.no_answer and a.text == ""
+  assert a.null_score_diff is None and a.probability is None  # no 1e30 sentinel, no 1.0
+  assert [c["text"] for c in a.nbest] == [""]
+  monkeypatch.undo()
+  b = squad_reader.answer(r.question, r.context, null_threshold=1e9)  # δ huge: a span
+  assert not b.no_candidate and not b.no_answer and b.nbest[0]["text"] == b.text
+
+
 def test_null_threshold_falls_back_to_the_config():
   config = {"eval": {"null_score_diff_threshold": -1.5}}
   assert export_files.null_threshold(config, None) == (-1.5, "eval.null_score_diff_threshold")
@@ -166,11 +215,16 @@ def dream_run(tmp_path_factory, data_dir):
                 data__max_seq_length=64, train__max_steps=3, train__save_every=100)
 
 
-def test_choose_equals_the_engines_predictions_and_the_export(dream_run):
+@pytest.fixture(scope="module")
+def dream_reader(dream_run):
+  return Reader.load(dream_run)
+
+
+def test_choose_equals_the_engines_predictions_and_the_export(dream_run, dream_reader):
   records = _eval_records(dream_run, readers.read_dream)
   assert len(records) == 12
   preds = json.loads((dream_run / "predictions.json").read_text())
-  reader = Reader.load(dream_run)
+  reader = dream_reader
   choices = reader.choose([r.passage for r in records], [r.question for r in records],
                           [r.options for r in records])
   assert {r.qid: c.index for r, c in zip(records, choices)} == preds
@@ -229,3 +283,34 @@ def test_import_is_cheap_and_changes_no_setting():
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                      env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
   assert r.stdout.split() == ["False", "False", "poi_jax.reader"], r.stderr[-2000:]
+
+
+@pytest.mark.required
+def test_the_server_chooses_as_the_reader(dream_run, dream_reader):
+  """``POST /v1/choose`` (in-process, the app of `poi_jax.serve` on this module's DREAM Reader):
+  the Reader's choices, batched; a bad options list is a 422 naming ``options``."""
+  from tests.required_checks import import_or_skip
+  import_or_skip("fastapi", "the [serve] extra: pip install -e '.[serve]'")
+  import_or_skip("httpx", "the [test] extra")
+  from fastapi.testclient import TestClient
+
+  from poi_jax import serve
+  records = _eval_records(dream_run, readers.read_dream)[:4]
+  expected = dream_reader.choose([r.passage for r in records], [r.question for r in records],
+                                 [r.options for r in records])
+  api = serve.create_app(dream_reader, max_batch=4, warmup=False)
+  body = [{"passage": r.passage, "question": r.question, "options": r.options} for r in records]
+  with TestClient(api) as client:
+    listed = client.post("/v1/choose", json=body)
+    one = client.post("/v1/choose", json=dict(body[1], context=body[1].pop("passage")))
+    bad = client.post("/v1/choose", json=dict(body[0], options=["only one"]))
+    wrong = client.post("/v1/answer", json={"question": "q", "context": "c"})
+    health = client.get("/healthz").json()
+  assert listed.status_code == 200, listed.text
+  assert [c["index"] for c in listed.json()] == [c.index for c in expected]
+  np.testing.assert_allclose([c["probabilities"] for c in listed.json()],
+                             [c.probabilities for c in expected], atol=1e-5)
+  assert one.json()["option"] == expected[1].option
+  assert (bad.status_code, bad.json()["field"]) == (422, "options")
+  assert wrong.status_code == 404 and "/v1/choose" in wrong.json()["error"]
+  assert (health["kind"], health["task"]) == ("multiple_choice", "dream")

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from poi_jax.data.records import DataError
 
 MIN_PER_WORKER = 500
+BAR_DELAY_S = 1.0  # featurising shorter than this shows no progress bar
 _PRELOAD = ["numpy", "transformers", "nltk", "poi_jax.data.features.extractive",
             "poi_jax.data.features.multiple_choice"]
 _worker_tokenizer = None
@@ -97,7 +98,10 @@ def featurize(build: Callable, merge: Callable, records: Sequence, tokenizer,
     chunk_size = max(1, min(512, -(-n // (max(workers, 1) * 8))))
   bounds = chunk_bounds(n, chunk_size)
   # ``disable`` only when asked: left unset, tqdm honours TQDM_DISABLE=1 from the environment.
-  bar = tqdm(total=n, desc=desc, unit="ex", leave=False, **({} if progress else {"disable": True}))
+  # ``delay``: the bar appears only once the work has lasted BAR_DELAY_S, so that the Reader's
+  # and the server's per-request featurising (milliseconds) prints nothing.
+  bar = tqdm(total=n, desc=desc, unit="ex", leave=False, delay=BAR_DELAY_S,
+             **({} if progress else {"disable": True}))
   parts = []
   try:
     if workers <= 1 or len(bounds) <= 1:

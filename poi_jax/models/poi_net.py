@@ -71,24 +71,29 @@ class _PoiNetBase(nnx.Module):
                            if pos_embedding else None)
 
   def encode(self, input_ids, attention_mask, token_type_ids, pos_tags, con_start, con_end, *,
-             deterministic: bool, return_encoder_output: bool = False):
+             deterministic: bool, return_encoder_output: bool = False,
+             return_scores: bool = False):
     """``(N, L)`` token fields, ``(N,)`` boundaries -> ``(R (N, L, D), domain mask (N, L))``, or
-    ``(R, H)`` with the encoder output ``H (N, L, D)`` when ``return_encoder_output``."""
+    ``(R, H)`` with the encoder output ``H (N, L, D)`` when ``return_encoder_output``; with
+    ``return_scores`` a third element, the final per-token co-attention scores ``(N, L)`` (the
+    weights R = scores * H applies; None for ``variant="none"``)."""
     extra = None
     if self.pos_embeddings is not None:
       extra = self.pos_embeddings(pos_tags)
     h = self.encoder(input_ids, attention_mask, token_type_ids, extra_embeddings=extra,
                      deterministic=deterministic).last_hidden_state
     m_a, m_b = coatt.domain_masks(con_start, con_end, h.shape[1])
+    scores = None
     if self.coattention == "released":
-      _, r, _ = coatt.released_coattention(h, con_start, con_end, nan_guard=self.nan_guard)
+      scores, r, _ = coatt.released_coattention(h, con_start, con_end, nan_guard=self.nan_guard)
     elif self.coattention == "paper":
-      _, r = coatt.paper_coattention(h, con_start, con_end, turns=self.turns,
-                                     strategy=self.strategy)
+      scores, r = coatt.paper_coattention(h, con_start, con_end, turns=self.turns,
+                                          strategy=self.strategy)
     else:
       r = h
     r = constrain(r, BLD)
-    return (r, h) if return_encoder_output else (r, m_a + m_b)
+    out = (r, h) if return_encoder_output else (r, m_a + m_b)
+    return out + (scores,) if return_scores else out
 
   def _check(self, batch):
     if checks.is_concrete(batch):
@@ -129,15 +134,24 @@ class PoiNetForQuestionAnswering(_PoiNetBase):
                                    init_std=encoder_config.initializer_range,
                                    dtype=jnp.float32, rngs=rngs)
 
-  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True):
+  def __call__(self, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
+               with_scores: bool = False):
+    """``with_scores``: also ``"token_scores" (B, L)``, the final co-attention score of every
+    token (0 outside the two domains; the Reader's ``explain``); not for ``variant="none"``."""
     self._check(batch)
     ids, mask, types, tags = _fields(batch)
-    r, h = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
-                       deterministic=deterministic, return_encoder_output=True)
+    r, h, scores = self.encode(ids, mask, types, tags, batch["con_start"], batch["con_end"],
+                               deterministic=deterministic, return_encoder_output=True,
+                               return_scores=True)
     logits = self.qa_outputs(r.astype(jnp.float32))
     if self.null_from == "encoder":
       logits = logits.at[:, 0].set(self.qa_outputs(h[:, 0].astype(jnp.float32)))
-    return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+    out = {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+    if with_scores:
+      if scores is None:
+        raise ValueError("with_scores: this model has no co-attention (variant='none')")
+      out["token_scores"] = scores.astype(jnp.float32)
+    return out
 
   def loss(self, batch, outputs) -> jax.Array:
     return heads.span_loss(outputs["start_logits"], outputs["end_logits"],
