@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import ml_collections
 import numpy as np
@@ -35,7 +35,9 @@ class Task:
   Attributes:
     name: the config's ``task`` value.
     metric: key of ``evaluate``'s result that selects the best checkpoint.
-    read: ``(config, split) -> records`` with ``split`` in {"train", "eval", "predict"} (files
+    read: ``(config, split) -> iterator of records`` (streamed: the readers yield one record at
+      a time, so memory does not grow with the corpus) with ``split`` in {"train", "eval",
+      "predict"} (files
       ``data.train_file``, ``data.eval_file``, ``data.predict_file``; "predict" need not have
       answers, "eval" must: an evaluation that cannot be scored fails here, before training);
       validates the input and raises a clear error (file, record, field) before any compute.
@@ -65,7 +67,7 @@ class Task:
   """
   name: str
   metric: str
-  read: Callable[[Config, str], list]
+  read: Callable[[Config, str], Iterable]
   featurize: Callable[..., Features]
   build_model: Callable[[Config, nnx.Rngs], nnx.Module]
   evaluate: Callable[..., dict]

@@ -25,15 +25,15 @@ MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_
 def _read_race(config, split):
   source = squad_task.tfds_source(config, split)
   if source:  # tfds:race/high:dev (the config picks the level)
-    return list(tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split)))
-  return list(readers.read_race(base.local_path(config, split), config.data.race_level))
+    return tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split))
+  return readers.read_race(base.local_path(config, split), config.data.race_level)
 
 
 def _read_dream(config, split):
   source = squad_task.tfds_source(config, split)
   if source:  # TFDS has no DREAM: read_tfds says so in one line
-    return list(tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split)))
-  return list(readers.read_dream(base.local_path(config, split)))
+    return tfds_reader.read_tfds(source, hint=squad_task.tfds_hint(config, split))
+  return readers.read_dream(base.local_path(config, split))
 
 
 def feature_options(config) -> dict:

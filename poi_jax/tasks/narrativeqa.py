@@ -36,8 +36,7 @@ def read(config, split):
   path = base.local_path(config, split)
   which = n.train_set if split == "train" else n.eval_set
   records = reader.read_narrativeqa(path, which, summaries_path=n.summaries_file or None)
-  return list(offline_views.with_offline_views(records,
-                                               lexicon_path=config.model.dassa.lexicon or None))
+  return offline_views.with_offline_views(records, lexicon_path=config.model.dassa.lexicon or None)
 
 
 def _doc_views(config, doc, cache):

@@ -19,8 +19,7 @@ METRIC = "long-best-threshold-f1"
 
 
 def read(config, split):
-  return list(nq_reader.read_nq(base.local_path(config, split),
-                                require_answers=split != "predict"))
+  return nq_reader.read_nq(base.local_path(config, split), require_answers=split != "predict")
 
 
 def feature_options(config, is_training: bool) -> dict:

@@ -42,8 +42,8 @@ def read(config, split):
   path = base.local_path(config, split)
   if config.task == "newsqa":
     q = config.data.qopn
-    return list(read_newsqa(path, q.train_split if split == "train" else q.eval_split))
-  return list(read_nlquad(path, require_answers=split != "predict"))
+    return read_newsqa(path, q.train_split if split == "train" else q.eval_split)
+  return read_nlquad(path, require_answers=split != "predict")
 
 
 def feature_options(config, is_training: bool) -> dict:

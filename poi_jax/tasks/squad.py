@@ -35,10 +35,9 @@ def tfds_hint(config, split: str) -> str:
 def read(config, split):
   source = tfds_source(config, split)
   if source:
-    return list(tfds_reader.read_tfds(source, require_answers=split != "predict",
-                                      hint=tfds_hint(config, split)))
-  return list(readers.read_squad(base.local_path(config, split),
-                                 require_answers=split != "predict"))
+    return tfds_reader.read_tfds(source, require_answers=split != "predict",
+                                 hint=tfds_hint(config, split))
+  return readers.read_squad(base.local_path(config, split), require_answers=split != "predict")
 
 
 def feature_options(config, is_training: bool) -> dict:

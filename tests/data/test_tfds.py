@@ -112,7 +112,7 @@ def test_squad_task_reads_a_tfds_source(tfds):
   c.unlock()
   c.data.eval_file = "tfds:squad/v2.0:validation"
   with _mock(tfds, SQUAD_ROWS):
-    got = squad_task.read(c, "eval")
+    got = list(squad_task.read(c, "eval"))
   assert [r.qid for r in got] == ["q1", "q2"]
 
 

@@ -65,7 +65,7 @@ def test_nlquad_gold_spans_score_100_on_whole_articles(files):
                                         "data.eval_file": str(files["nlquad_whole"])})
   task = tasks.get_task("nlquad")
   tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint("minilm"))
-  records = task.read(c, "eval")
+  records = list(task.read(c, "eval"))
   train = task.featurize(records, tok, c, is_training=True)
   assert train.meta["dropped_cut"] > 0  # articles of ~40 paragraphs exceed 6 x 128 tokens
   assert len(train.arrays["input_ids"]) + train.meta["dropped_cut"] + \
