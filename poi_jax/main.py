@@ -13,7 +13,8 @@ SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
 
 Exit codes: 0 done; 1 bad input or config (one line on stderr, before any compilation); 143 the
 run got SIGTERM, 130 Ctrl-C, and saved a checkpoint (run the same command again to resume); a
-second Ctrl-C stops at once (130).
+second Ctrl-C stops at once (130). Faults (docs/reliability.md) end in one ``error:`` line: 1 a
+failed write, a non-finite loss or no intact checkpoint; 70 another process of the run was lost.
 
 ``--mode=eval`` / ``predict`` write into ``--output_dir`` (default
 ``<workdir>/<mode>/<data name>-<step>``), never over the training run's files.
@@ -29,6 +30,7 @@ from ml_collections import config_flags
 
 from poi_jax import config_checks, tasks
 from poi_jax.data.pos import NltkResourceError
+from poi_jax.faults import RunFault
 from poi_jax.io import write_json_atomic
 from poi_jax.models import encoders
 
@@ -78,15 +80,28 @@ def describe(config, workdir: str, *, write_config: bool) -> str:
   return summary
 
 
-def init_distributed() -> None:
-  """`jax.distributed.initialize` from the flags, or from the environment with --distributed=auto."""
+def init_distributed(config=None) -> None:
+  """`jax.distributed.initialize` from the flags, or from the environment with
+  --distributed=auto, with the timeouts of ``config.distributed``; then the lost-process
+  watchdog (`poi_jax.train.watchdog`)."""
   import jax
+  section = (config.get("distributed", None) if config is not None else None) or {}
+  timeouts = {name: int(section[key]) for name, key in (
+      ("initialization_timeout", "initialization_timeout_s"),
+      ("heartbeat_timeout_seconds", "heartbeat_timeout_s"),
+      ("shutdown_timeout_seconds", "shutdown_timeout_s")) if key in section}
   if _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                               **timeouts)
   elif _DISTRIBUTED.value == "auto":
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
+  else:
+    return
+  from poi_jax.train import watchdog
+  watchdog.start(jax.process_index(), jax.process_count(),
+                 timeout_s=float(section.get("watchdog_timeout_s", 0)))
 
 
 def main(argv):
@@ -100,20 +115,37 @@ def main(argv):
     # Every value and the workdir are checked before anything is read, built or written.
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
-    init_distributed()
+    init_distributed(config)
     describe(config, workdir, write_config=mode == "describe")
     if mode != "describe":
       loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
+  except RunFault as e:  # a full disk, a NaN loss, no intact checkpoint (docs/reliability.md)
+    from poi_jax.train import watchdog
+    if watchdog.active() is not None:  # the other processes stop now, naming this error
+      watchdog.active().announce(f"error: {e}")
+    print(f"error: {e}", file=sys.stderr)
+    return e.exit_code
   except loop.Preempted as e:
     print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
     return 128 + e.signum
   except KeyboardInterrupt:
     print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
+  except Exception as e:
+    _explain_if_a_process_was_lost(e)  # a collective that failed because a peer died
+    raise
   return 0
+
+
+def _explain_if_a_process_was_lost(error: BaseException) -> None:
+  """In a multi-process run, an error may only be the echo of another process's loss: the
+  watchdog then names that process in one line and ends this one (it does not return)."""
+  from poi_jax.train import watchdog
+  if watchdog.active() is not None:
+    watchdog.active().explain(error)
 
 
 def parse_flags(argv):
