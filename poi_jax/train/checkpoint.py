@@ -200,6 +200,7 @@ class Checkpointer:
       if problem is None:
         try:
           restored, meta = self.restore(step, state)
+          self._set_aside(damaged)
           return step, restored, meta
         except Exception as e:  # orbax / tensorstore raise many types for unreadable files
           problem = faults.cause(e)
@@ -212,6 +213,25 @@ class Checkpointer:
           f"no intact checkpoint in {self.directory}: steps {', '.join(map(str, damaged))} are "
           f"all damaged; delete {self.directory} to start over, or restore it from a backup")
     return None
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Moves damaged ``steps`` to ``<workdir>/checkpoints-damaged/`` (kept for inspection), so
+    the resumed run saves those steps anew instead of finding them already there."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      aside = self.directory + "-damaged"
+      os.makedirs(aside, exist_ok=True)
+      for step in steps:
+        target = os.path.join(aside, str(step))
+        if os.path.exists(target):
+          target += f".{len(os.listdir(aside))}"
+        os.replace(os.path.join(self.directory, str(step)), target)
+      print(f"damaged checkpoint(s) {', '.join(map(str, steps))} moved to {aside}", flush=True)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      multihost_utils.sync_global_devices("poi_jax: damaged checkpoints set aside")
+    self.manager.reload()
 
   def _damage(self, step: int) -> str | None:
     """What is visibly wrong with ``step``'s directory before reading it (None: nothing): not
