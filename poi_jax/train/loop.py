@@ -22,6 +22,7 @@ gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. 
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -90,6 +91,14 @@ def _evaluate_checkpoint(run: Run) -> dict:
   return eval_lib.evaluate(run, step=step or 0, save=False)
 
 
+@contextlib.contextmanager
+def _closing(bar):
+  try:
+    yield bar
+  finally:
+    bar.close()
+
+
 def _check_finite(run: Run, window: list, step: int, *, params: bool = False) -> list:
   """The host copies of ``window`` (the outputs of the steps up to ``step``); raises
   `poi_jax.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
@@ -141,7 +150,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   first_step = step + 1
   window: list = []  # step outputs since the last log, still on the device
   skip_nonfinite = bool(config.optim.get("skip_nonfinite", False))
-  with ckpt_lib.PreemptionWatcher() as watcher:
+  with ckpt_lib.PreemptionWatcher() as watcher, _closing(bar):  # (closed before any error line)
     while step < micro_total:
       batch = placement.global_batch(next(loader), sharded.mesh)
       sharded.state, out = sharded.train_step(sharded.state, batch)
