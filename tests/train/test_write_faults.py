@@ -74,3 +74,23 @@ def test_the_cause_is_found_inside_wrapping_errors():
   text_only = ValueError("UNKNOWN: Error writing local file: No space left on device [28]")
   assert faults.is_os_failure(text_only) and faults.cause(text_only).startswith("ENOSPC")
   assert not faults.is_os_failure(ValueError("shape mismatch"))
+
+
+def test_a_failed_metrics_write_is_one_line(tmp_path):
+  from poi_jax.train.metrics import MetricWriter
+  writer = MetricWriter(str(tmp_path))
+  writer.write(1, loss=1.0)
+
+  class _FullDisk:
+    def write(self, text):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self):
+      pass
+
+  writer._jsonl = _FullDisk()
+  with pytest.raises(faults.WriteFailed) as e:
+    writer.write(2, loss=0.5)
+  assert str(e.value).startswith(f"could not write {tmp_path / 'metrics.jsonl'}: ENOSPC")
+  assert [json.loads(l)["step"] for l in (tmp_path / "metrics.jsonl").read_text().splitlines()] \
+      == [1]
