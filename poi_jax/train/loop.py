@@ -30,7 +30,9 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from poi_jax import faults
 from poi_jax.data.loader import TrainLoader
+from poi_jax.faults import NoIntactCheckpoint
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import nonfinite
@@ -84,7 +86,13 @@ def _evaluate_checkpoint(run: Run) -> dict:
   (setup refused a workdir with neither)."""
   step = run.checkpointer.evaluated_step()
   if step is not None:
-    run.sharded.state, _ = run.checkpointer.restore(step, run.sharded.state)
+    try:
+      run.sharded.state, _ = run.checkpointer.restore(step, run.sharded.state)
+    except Exception as e:  # damaged files: one line (training resumes skip such a step)
+      raise NoIntactCheckpoint(
+          f"checkpoint {step} in {run.checkpointer.directory} is damaged "
+          f"({faults.cause(e)}); move {run.checkpointer.directory}/{step} aside to evaluate "
+          f"the next one, or resume training (which skips it) to write a new one") from e
     print(f"evaluating checkpoint {step}")
   else:
     print(f"no checkpoint in the workdir: evaluating model.init_from={run.config.model.init_from}")
@@ -105,13 +113,12 @@ def _check_finite(run: Run, window: list, step: int, *, params: bool = False) ->
   and, with ``params``, when the state itself is not finite (before a save or an evaluation)."""
   vals = jax.device_get(window)
   skip = bool(run.config.optim.get("skip_nonfinite", False))
-  last_good = run.checkpointer.latest_step()
-  where = run.checkpointer.directory
+  ckpt = run.checkpointer
   bad = None if skip else nonfinite.first_nonfinite(vals, step)
   if bad is not None:
-    raise nonfinite.stop(bad[0], bad[1], last_good, where)
+    raise nonfinite.stop(bad[0], bad[1], ckpt.latest_step(), ckpt.directory)
   if params and not nonfinite.state_is_finite(run.sharded.state):
-    raise nonfinite.stop(step, None, last_good, where,
+    raise nonfinite.stop(step, None, ckpt.latest_step(), ckpt.directory,
                          what=f"non-finite parameters after step {step}")
   return vals
 

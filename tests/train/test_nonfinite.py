@@ -72,3 +72,19 @@ def test_first_nonfinite_names_the_step_of_the_window():
   assert step == 11 and out["grad_norm"] == float("inf")
   assert nonfinite.first_nonfinite(window[:1], last_step=10) is None
   assert nonfinite.finite_mean([1.0, float("nan"), 3.0]) == 2.0
+
+
+@pytest.mark.slow  # a second engine run (about a minute on 2 cores); `pytest -m slow`
+def test_lr_1e6_with_skip_nonfinite_trains_on_and_counts_the_skips(tmp_path):
+  work = tmp_path / "w"
+  out = er.run_main(*er.tiny_args(work, "--mode=train", "--config.optim.lr=1e6",
+                                  "--config.optim.skip_nonfinite=true",
+                                  "--config.train.export_best=false"))
+  assert out.returncode == 0, out.stderr[-3000:]
+  rows = [r for r in er.rows(work) if "loss" in r]
+  assert [r["step"] for r in rows] == list(range(1, 21))
+  skipped = [r["nonfinite_skipped"] for r in rows]
+  assert skipped == sorted(skipped) and skipped[-1] > 0  # counted, never reset
+  last = ocp.StandardCheckpointer().restore(work / "checkpoints" / "20" / "state")
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(last)
+             if np.issubdtype(np.asarray(x).dtype, np.floating))
