@@ -124,9 +124,13 @@ def main(argv):
     return 1
   except RunFault as e:  # a full disk, a NaN loss, no intact checkpoint (docs/reliability.md)
     from poi_jax.train import watchdog
-    if watchdog.active() is not None:  # the other processes stop now, naming this error
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    if watchdog.active() is not None:
+      # The other processes stop now, naming this error; this one leaves without the shutdown
+      # barrier, which would wait for processes that are stopping too.
       watchdog.active().announce(f"error: {e}")
-    print(f"error: {e}", file=sys.stderr)
+      sys.stdout.flush()
+      os._exit(e.exit_code)
     return e.exit_code
   except loop.Preempted as e:
     print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)

@@ -131,7 +131,9 @@ class Watchdog:
       self._client.key_value_set(f"{_PREFIX}{self.index}", f"stopped: {reason[:500]}",
                                  allow_overwrite=True)
     except Exception:  # the coordinator is gone: the others find out by its silence
-      pass
+      return
+    time.sleep(2 * self.beat_s)  # let the others read it before this process (maybe the
+    # coordinator's host) goes
 
   def explain(self, error: BaseException) -> None:
     """Called when the main thread failed in a multi-process run: if a process was lost (now

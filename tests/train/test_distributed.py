@@ -95,6 +95,26 @@ def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_pa
     assert got[s] == pytest.approx(one_process[s], abs=1e-5), s
 
 
+@pytest.mark.slow  # another 2-process run; `python -m pytest -m slow tests/train/test_distributed.py`
+def test_a_fault_in_a_two_process_run_stops_both_in_one_line(tmp_path):
+  """A NaN loss in a 2-process run: both processes stop at once with one `error:` line (their
+  own, or the other's announced through the watchdog), no shutdown-barrier wait, nothing
+  non-finite saved."""
+  work, logs = tmp_path / "w", tmp_path / "logs"
+  run = _launch(work, logs, "--config.optim.lr=1e6", "--config.train.save_every=1",
+                port_offset=3)
+  _, err = run.communicate(timeout=600)
+  assert run.returncode in (1, 70), err
+  for i in range(2):
+    last = (logs / f"proc{i}.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("error: non-finite loss at step") or \
+        last.startswith("error: process 1 of 2 stopped (error: non-finite loss") or \
+        last.startswith("error: process 0 of 2 stopped (error: non-finite loss"), (i, last)
+  bad = int(last.split("non-finite loss at step ")[1].split()[0])
+  kept = sorted(int(p.name) for p in (work / "checkpoints").iterdir() if p.name.isdigit())
+  assert max(kept) == bad - 1  # save_every=1: every step before the NaN, none after
+
+
 def test_dry_run_prints_one_command_per_process(tmp_path):
   env = er.env(1)
   env.update(NPROCS="3", LOG_DIR=str(tmp_path))
