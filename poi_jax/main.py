@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -121,16 +122,11 @@ def main(argv):
       loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
+    _stop_the_other_processes(f"error: {e}", 1)
     return 1
   except RunFault as e:  # a full disk, a NaN loss, no intact checkpoint (docs/reliability.md)
-    from poi_jax.train import watchdog
     print(f"error: {e}", file=sys.stderr, flush=True)
-    if watchdog.active() is not None:
-      # The other processes stop now, naming this error; this one leaves without the shutdown
-      # barrier, which would wait for processes that are stopping too.
-      watchdog.active().announce(f"error: {e}")
-      sys.stdout.flush()
-      os._exit(e.exit_code)
+    _stop_the_other_processes(f"error: {e}", e.exit_code)
     return e.exit_code
   except loop.Preempted as e:
     print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
@@ -139,17 +135,29 @@ def main(argv):
     print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
   except Exception as e:
-    _explain_if_a_process_was_lost(e)  # a collective that failed because a peer died
+    from poi_jax.train import watchdog
+    if watchdog.active() is not None:
+      # In a multi-process run an error may only be the echo of another process's loss (a
+      # collective that failed): the watchdog then names that process and ends this one.
+      watchdog.active().explain(e)
+      traceback.print_exc()  # a fault of this process: say so, and stop the others
+      first = (str(e).splitlines() or [""])[0]
+      _stop_the_other_processes(f"{type(e).__name__}: {first}", 1)
     raise
   return 0
 
 
-def _explain_if_a_process_was_lost(error: BaseException) -> None:
-  """In a multi-process run, an error may only be the echo of another process's loss: the
-  watchdog then names that process in one line and ends this one (it does not return)."""
+def _stop_the_other_processes(line: str, exit_code: int) -> None:
+  """Multi-process runs: tells the other processes (through the watchdog) that this one stops
+  with ``line``, so that they stop at once naming it, and leaves without the shutdown barrier
+  (which would wait for processes that are stopping too). Single process: nothing."""
   from poi_jax.train import watchdog
-  if watchdog.active() is not None:
-    watchdog.active().explain(error)
+  if watchdog.active() is None:
+    return
+  watchdog.active().announce(line)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(exit_code)
 
 
 def parse_flags(argv):
