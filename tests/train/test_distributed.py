@@ -95,7 +95,7 @@ def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_pa
     assert got[s] == pytest.approx(one_process[s], abs=1e-5), s
 
 
-@pytest.mark.slow  # another 2-process run; `python -m pytest -m slow tests/train/test_distributed.py`
+@pytest.mark.slow  # a third 2-process run (`pytest -m slow tests/train/test_distributed.py`)
 def test_a_fault_in_a_two_process_run_stops_both_in_one_line(tmp_path):
   """A NaN loss in a 2-process run: both processes stop at once with one `error:` line (their
   own, or the other's announced through the watchdog), no shutdown-barrier wait, nothing
