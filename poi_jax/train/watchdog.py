@@ -7,10 +7,12 @@ collective until the coordination service's heartbeat timeout aborts them with a
 
 `Watchdog` (started by `poi_jax.main` right after ``jax.distributed.initialize``): a thread
 in each process writes a counter under ``poi_jax/alive/<process>`` in the coordination
-service's key-value store every ``beat_s`` seconds and reads everyone's; a process whose counter
-has not moved for ``timeout_s``, or a coordinator that stops answering, is lost. The watchdog
-then prints one line naming it (``lost process 1 of 2: no heartbeat for 10 s ...``) and ends
-this process at once with `ProcessLost.exit_code` (``os._exit``: no atexit shutdown barrier
+service's key-value store every ``beat_s`` seconds; process 0 reads them all, and a process
+whose counter has not moved for ``timeout_s`` is lost: process 0 posts that verdict under
+``poi_jax/verdict/``, which every process reads each beat (so the store answers O(N) requests a
+beat, not N x N). A coordinator that stops answering for ``timeout_s`` is lost too. Each
+process then prints one line naming the lost one (``lost process 1 of 2: no heartbeat for 10 s
+...``) and ends at once with `ProcessLost.exit_code` (``os._exit``: no atexit shutdown barrier
 that would wait for the dead process). ``timeout_s`` sits below JAX's own heartbeat timeout
 (``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. A process that
 is alive but stuck (a hung collective, jax#38503) still beats: the cluster's own job timeout or
@@ -29,6 +31,7 @@ import time
 from poi_jax.faults import ProcessLost
 
 _PREFIX = "poi_jax/alive/"
+_VERDICT = "poi_jax/verdict/"
 
 
 def _client():
@@ -58,7 +61,7 @@ class Watchdog:
     now = time.monotonic()
     self._seen = {i: (-1, now) for i in range(process_count)}  # process -> (counter, when)
     self._last_ok = now
-    self.stopped: dict[int, str] = {}  # process -> the error it stopped with (`announce`)
+    self.posted: str | None = None  # a verdict posted by another process (or its error)
     self._threads: list[threading.Thread] = []
 
   def start(self) -> "Watchdog":
@@ -78,33 +81,36 @@ class Watchdog:
       beat += 1
       try:
         self._client.key_value_set(f"{_PREFIX}{self.index}", str(beat), allow_overwrite=True)
-        values = dict(self._client.key_value_dir_get(_PREFIX))
         now = time.monotonic()
-        for i in range(self.count):
-          value = values.get(f"{_PREFIX}{i}", "-1")
-          if value.startswith("stopped:") and i != self.index:
-            self.stopped[i] = value[len("stopped:"):].strip()
-            continue
-          counter = int(value) if value.lstrip("-").isdigit() else -1
-          if counter != self._seen[i][0]:
-            self._seen[i] = (counter, now)
+        if self.index == 0:  # process 0 watches everyone (N reads a beat, not N x N)
+          values = dict(self._client.key_value_dir_get(_PREFIX))
+          for i in range(self.count):
+            value = values.get(f"{_PREFIX}{i}", "-1")
+            counter = int(value) if value.lstrip("-").isdigit() else -1
+            if counter != self._seen[i][0]:
+              self._seen[i] = (counter, now)
+        verdict = dict(self._client.key_value_dir_get(_VERDICT))
+        if verdict:
+          self.posted = next(iter(verdict.values()))
         self._last_ok = now
       except Exception:  # the coordinator is gone or unreachable: `_watch` decides when
         pass
       self._stop.wait(self.beat_s)
 
   def check(self, now: float | None = None) -> str | None:
-    """The verdict at ``now`` (monotonic seconds): a line naming the lost process, or None."""
+    """The verdict at ``now`` (monotonic seconds): a line naming the lost process (or the one
+    that stopped with an error), or None."""
     now = time.monotonic() if now is None else now
+    me = f"; stopping process {self.index}"
+    if self.posted:  # another process's verdict, or its own error (`announce`)
+      return self.posted + me
     if self.index != 0 and now - self._last_ok > self.timeout_s:
       return (f"lost process 0 of {self.count} (the coordinator): no answer for "
-              f"{now - self._last_ok:.0f} s; stopping process {self.index}")
-    for i, reason in sorted(self.stopped.items()):
-      return f"process {i} of {self.count} stopped ({reason}); stopping process {self.index}"
-    for i, (_, when) in self._seen.items():
+              f"{now - self._last_ok:.0f} s{me}")
+    for i, (_, when) in self._seen.items() if self.index == 0 else ():
       if i != self.index and now - when > self.timeout_s:
         return (f"lost process {i} of {self.count}: no heartbeat for {now - when:.0f} s "
-                f"(killed, crashed or its host is gone); stopping process {self.index}")
+                f"(killed, crashed or its host is gone){me}")
     return None
 
   def _watch(self) -> None:
@@ -115,10 +121,13 @@ class Watchdog:
         return
 
   def fail(self, verdict: str) -> None:
-    """Prints ``verdict`` (the run's last word) and ends the process."""
+    """Prints ``verdict`` (the run's last word) and ends the process; process 0 first posts it
+    for the others (they watch only it)."""
     self.verdict = verdict
-    self._found.set()
     self._stop.set()
+    if not self.posted:
+      self._post(verdict.rsplit("; stopping process", 1)[0])
+    self._found.set()
     print(f"\nerror: {verdict}. Checkpoints saved so far are kept: run the same command again "
           f"to resume", file=sys.stderr, flush=True)
     self._exit(ProcessLost.exit_code)
@@ -127,9 +136,11 @@ class Watchdog:
     """Tells the other processes that this one stops with ``reason`` (one line), so that they
     stop at once, naming it, instead of waiting for it in their next collective."""
     self._stop.set()
+    self._post(f"process {self.index} of {self.count} stopped ({reason[:500]})")
+
+  def _post(self, verdict: str) -> None:
     try:
-      self._client.key_value_set(f"{_PREFIX}{self.index}", f"stopped: {reason[:500]}",
-                                 allow_overwrite=True)
+      self._client.key_value_set(f"{_VERDICT}{self.index}", verdict, allow_overwrite=True)
     except Exception:  # the coordinator is gone: the others find out by its silence
       return
     time.sleep(2 * self.beat_s)  # let the others read it before this process (maybe the

@@ -76,3 +76,21 @@ def test_an_announced_error_stops_the_others_at_once():
   assert _wait(lambda: exits[0] == [ProcessLost.exit_code])
   assert dogs[0].verdict == ("process 1 of 2 stopped (error: could not write checkpoint 20 to "
                              "/x/20: ENOSPC); stopping process 0")
+
+
+def test_process_0_posts_the_verdict_for_the_others():
+  """Three processes: 2 dies; 0 (which alone reads every heartbeat) finds it and posts the
+  verdict; 1 prints the same cause with its own index."""
+  kv = _FakeKV()
+  exits = {i: [] for i in range(3)}
+  dogs = [Watchdog(i, 3, timeout_s=0.5, beat_s=0.05, client=kv, exit_fn=exits[i].append)
+          for i in range(3)]
+  for d in dogs:
+    d.start()
+  time.sleep(0.3)
+  dogs[2].stop()
+  assert _wait(lambda: exits[0] == exits[1] == [ProcessLost.exit_code])
+  assert dogs[0].verdict.startswith("lost process 2 of 3: no heartbeat")
+  assert dogs[0].verdict.endswith("stopping process 0")
+  assert dogs[1].verdict.startswith("lost process 2 of 3: no heartbeat")
+  assert dogs[1].verdict.endswith("gone); stopping process 1")
