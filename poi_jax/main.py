@@ -91,18 +91,16 @@ def init_distributed(config=None) -> None:
       ("initialization_timeout", "initialization_timeout_s"),
       ("heartbeat_timeout_seconds", "heartbeat_timeout_s"),
       ("shutdown_timeout_seconds", "shutdown_timeout_s")) if key in section}
-  from poi_jax.train import watchdog
   if _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
-    watchdog.initialize(_PROCESS_ID.value, _NUM_PROCESSES.value,
-                        coordinator_address=_COORDINATOR.value,
-                        num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
-                        **timeouts)
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                               **timeouts)
   elif _DISTRIBUTED.value == "auto":
-    watchdog.initialize(None, None, **timeouts)
+    jax.distributed.initialize(**timeouts)
   else:
     return
+  from poi_jax.train import watchdog
   watchdog.start(jax.process_index(), jax.process_count(),
                  timeout_s=float(section.get("watchdog_timeout_s", 0)))
 

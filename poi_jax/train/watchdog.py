@@ -161,64 +161,6 @@ class Watchdog:
 _ACTIVE: Watchdog | None = None
 
 
-def _service_error(process_index: int, process_count: int | None):
-  """The callback JAX's distributed client calls when the coordination service fails (by
-  default it aborts the process with a C++ fatal log, e.g. the moment the coordinator's process
-  dies): one line naming the cause instead, and the same exit as the watchdog's."""
-
-  def callback(*status) -> None:
-    text = " ".join(str(s) for s in status)
-    from jax._src import distributed
-    count = process_count or distributed.global_state.num_processes or "?"
-    first = (text.strip().splitlines() or ["(no detail)"])[0][:300]
-    if _ACTIVE is not None and _ACTIVE.posted:
-      verdict = _ACTIVE.posted
-    elif "coordination service" in text and ("UNAVAILABLE" in text or "Failed to send" in text):
-      verdict = (f"lost process 0 of {count} (the coordinator): the distributed "
-                 f"service is unreachable")
-    else:
-      verdict = f"the JAX distributed service failed: {first}"
-    print(f"\nerror: {verdict}; stopping process {process_index}. Checkpoints saved so far are "
-          f"kept: run the same command again to resume", file=sys.stderr, flush=True)
-    os._exit(ProcessLost.exit_code)
-
-  return callback
-
-
-def initialize(process_index: int | None, process_count: int | None, **kwargs) -> None:
-  """``jax.distributed.initialize(**kwargs)`` with `_service_error` as the client's fatal-error
-  callback. jax.distributed.initialize does not take that callback (the jaxlib client factory
-  does), so the factory is wrapped for this one call; if the factory stops accepting it, the
-  client is made without it (JAX's own abort then remains)."""
-  import jax
-  from jax._src import distributed
-  factory = distributed._jax.get_distributed_runtime_client
-
-  def with_callback(*args, **kw):
-    pid = args[1] if len(args) > 1 else kw.get("node_id", process_index or 0)
-    try:
-      return factory(*args, **kw, missed_heartbeat_callback=_service_error(pid, process_count))
-    except TypeError:
-      return factory(*args, **kw)
-
-  lib = distributed._jax
-  try:
-    distributed._jax = _Proxy(lib, get_distributed_runtime_client=with_callback)
-    jax.distributed.initialize(**kwargs)
-  finally:
-    distributed._jax = lib
-
-
-class _Proxy:
-  """A module seen through, with some attributes replaced."""
-
-  def __init__(self, module, **replaced):
-    self._module, self._replaced = module, replaced
-
-  def __getattr__(self, name):
-    return self._replaced[name] if name in self._replaced else getattr(self._module, name)
-
-
 def start(process_index: int, process_count: int, *, timeout_s: float) -> Watchdog | None:
   """Starts the process's watchdog (None for a single process or ``timeout_s <= 0``)."""
   global _ACTIVE

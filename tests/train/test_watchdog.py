@@ -94,17 +94,3 @@ def test_process_0_posts_the_verdict_for_the_others():
   assert dogs[0].verdict.endswith("stopping process 0")
   assert dogs[1].verdict.startswith("lost process 2 of 3: no heartbeat")
   assert dogs[1].verdict.endswith("gone); stopping process 1")
-
-
-def test_a_fatal_service_error_is_one_line_not_an_abort(monkeypatch, capsys):
-  """JAX's client calls this when the coordination service fails (by default: a C++ abort)."""
-  from poi_jax.train import watchdog
-  codes = []
-  monkeypatch.setattr(watchdog.os, "_exit", codes.append)
-  callback = watchdog._service_error(1, 2)
-  callback("UNAVAILABLE: Failed to send RPC to coordination service. Either the leader task "
-           "was preempted/died/restarted unexpectedly\nAdditional GRPC error information")
-  err = capsys.readouterr().err.strip().splitlines()
-  assert codes == [ProcessLost.exit_code] and len(err) == 1
-  assert err[0].startswith("error: lost process 0 of 2 (the coordinator)")
-  assert "stopping process 1" in err[0]
