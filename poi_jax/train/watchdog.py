@@ -16,7 +16,12 @@ process then prints one line naming the lost one (``lost process 1 of 2: no hear
 that would wait for the dead process). ``timeout_s`` sits below JAX's own heartbeat timeout
 (``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. A process that
 is alive but stuck (a hung collective, jax#38503) still beats: the cluster's own job timeout or
-the launcher's kill covers that.
+the launcher's kill covers that. Nor is the loss of process 0's host one line: JAX's client
+aborts every other process at once (within a second, with its own fatal log naming "the leader
+task") when the coordination service it hosts disappears; its fatal-error callback cannot be
+replaced from Python in jax 0.10 (the jaxlib binding aborts converting the status), so the
+launchers' one line (`launch/local_multiprocess.sh`: ``process 0 failed with status 137``)
+names it there.
 
 The main thread may see the loss first (a collective fails); `Watchdog.explain` then waits up to
 ``timeout_s`` for the verdict, so the line names the lost process instead of a gloo error.
