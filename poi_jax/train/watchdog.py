@@ -130,11 +130,11 @@ class Watchdog:
     for the others (they watch only it)."""
     self.verdict = verdict
     self._stop.set()
-    if not self.posted:
-      self._post(verdict.rsplit("; stopping process", 1)[0])
     self._found.set()
     print(f"\nerror: {verdict}. Checkpoints saved so far are kept: run the same command again "
           f"to resume", file=sys.stderr, flush=True)
+    if not self.posted and self.index == 0:
+      self._post(verdict.rsplit("; stopping process", 1)[0])
     self._exit(ProcessLost.exit_code)
 
   def announce(self, reason: str) -> None:
@@ -144,12 +144,18 @@ class Watchdog:
     self._post(f"process {self.index} of {self.count} stopped ({reason[:500]})")
 
   def _post(self, verdict: str) -> None:
-    try:
-      self._client.key_value_set(f"{_VERDICT}{self.index}", verdict, allow_overwrite=True)
-    except Exception:  # the coordinator is gone: the others find out by its silence
-      return
-    time.sleep(2 * self.beat_s)  # let the others read it before this process (maybe the
-    # coordinator's host) goes
+    """Posts ``verdict`` for the others and gives them two beats to read it before this
+    process (maybe the coordinator's host) goes; never blocks longer than that on an
+    unreachable coordinator."""
+    def post():
+      try:
+        self._client.key_value_set(f"{_VERDICT}{self.index}", verdict, allow_overwrite=True)
+      except Exception:  # the coordinator is gone: the others find out by its silence
+        return
+      time.sleep(2 * self.beat_s)
+    poster = threading.Thread(target=post, daemon=True)
+    poster.start()
+    poster.join(timeout=2 * self.beat_s + 2)
 
   def explain(self, error: BaseException) -> None:
     """Called when the main thread failed in a multi-process run: if a process was lost (now
