@@ -19,6 +19,11 @@ the parameter count at start; a tqdm bar (ETA, examples/s) on process 0; loss, l
 gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. Modes: ``train``,
 ``eval`` (the best checkpoint, else the latest, else ``model.init_from``), ``train_and_eval``,
 ``predict`` (``data.predict_file``, no answers needed; predictions only).
+
+Faults (docs/reliability.md): a non-finite loss or gradient norm stops the run at its step
+before anything non-finite is saved (`poi_jax.train.nonfinite`; ``optim.skip_nonfinite`` skips
+such updates instead); a resume restores the newest intact checkpoint; failed writes raise
+`poi_jax.faults.WriteFailed`.
 """
 from __future__ import annotations
 
