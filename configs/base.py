@@ -104,6 +104,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.optim.eps = 1e-6
   c.optim.grad_clip = 1.0
   c.optim.accum_steps = 1
+  # ---- faults (docs/reliability.md) ----
+  # False: a NaN / inf loss or gradient norm stops the run naming the step and the last good
+  # checkpoint. True: such updates are skipped (optax.apply_if_finite) and counted in
+  # metrics.jsonl as `nonfinite_skipped`.
+  c.optim.skip_nonfinite = False
 
   # ---- training loop ----------------------------------------------------------------------
   c.train = ml_collections.ConfigDict()
@@ -123,6 +128,16 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.eval.n_best_size = 20
   c.eval.max_answer_length = 30
   c.eval.null_score_diff_threshold = 0.0
+
+  # ---- multi-process faults (docs/reliability.md) ------------------------------------------
+  # Passed to jax.distributed.initialize (its defaults); the watchdog (poi_jax/train/watchdog.py)
+  # ends every process in one line within `watchdog_timeout_s` of another one's loss, before
+  # JAX's own heartbeat timeout aborts it with a C++ log. 0 turns the watchdog off.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialization_timeout_s = 300
+  c.distributed.heartbeat_timeout_s = 100
+  c.distributed.shutdown_timeout_s = 300
+  c.distributed.watchdog_timeout_s = 30
 
   # ---- device mesh ------------------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()

@@ -12,8 +12,13 @@
 #   DEVICES_PER_PROC  simulated CPU devices per process (default 1)
 #   LOG_DIR           per-process logs proc<i>.log (default: a new temporary directory)
 #   PYTHON            interpreter (default python)
+#   GRACE_S           when a process fails, seconds the others get to stop by themselves before
+#                     SIGKILL (default 45; their watchdog stops them within
+#                     config.distributed.watchdog_timeout_s, 30 by default)
 # Every argument after "--" goes to `python -m poi_jax.main`. Exit status: the first non-zero
-# status of the processes (143 = preempted by SIGTERM, checkpoint saved), else 0.
+# status of the processes (143 = preempted by SIGTERM, checkpoint saved; 137 = one was killed;
+# 70 = one stopped because another was lost), else 0. Relaunch the same command to resume from
+# the last checkpoint (docs/reliability.md).
 set -euo pipefail
 
 DRY_RUN=0
@@ -24,6 +29,7 @@ NPROCS="${NPROCS:-2}"
 PORT="${PORT:-12355}"
 DEVICES_PER_PROC="${DEVICES_PER_PROC:-1}"
 PYTHON="${PYTHON:-python}"
+GRACE_S="${GRACE_S:-45}"
 LOG_DIR="${LOG_DIR:-$(mktemp -d -t poi-jax-local-XXXXXX)}"
 
 cmd_for() {
@@ -52,12 +58,32 @@ for ((i = 0; i < NPROCS; i++)); do
   pids+=($!)
 done
 echo "started ${NPROCS} processes; logs in ${LOG_DIR}" >&2
+# As torchrun's agent does: the first process to fail takes the others down. They get GRACE_S
+# seconds to notice by themselves (their watchdog prints one line naming the lost process and
+# exits, poi_jax/train/watchdog.py), then SIGKILL. The exit status is the failed process's.
 status=0
-for pid in "${pids[@]}"; do
+live=("${pids[@]}")
+while (( ${#live[@]} > 0 )); do
   rc=0
-  wait "${pid}" || rc=$?
-  if [[ "${status}" == 0 && "${rc}" != 0 ]]; then status="${rc}"; fi
+  done_pid=""
+  wait -n -p done_pid "${live[@]}" || rc=$?
+  next=()
+  for pid in "${live[@]}"; do [[ "${pid}" != "${done_pid}" ]] && next+=("${pid}"); done
+  live=("${next[@]}")
+  if [[ "${rc}" != 0 && "${status}" == 0 ]]; then
+    status="${rc}"
+    for ((i = 0; i < NPROCS; i++)); do [[ "${pids[$i]}" == "${done_pid}" ]] && failed=$i; done
+    why="status ${rc}"
+    if (( rc > 128 )); then why+=" ($(kill -l $((rc - 128)) 2>/dev/null || echo signal))"; fi
+    echo "process ${failed:-?} failed with ${why}; stopping the others (${GRACE_S}s grace)" >&2
+    (
+      sleep "${GRACE_S}"
+      kill -KILL "${pids[@]}" 2>/dev/null || true
+    ) &
+    killer=$!
+  fi
 done
+if [[ -n "${killer:-}" ]]; then kill "${killer}" 2>/dev/null || true; fi
 if [[ "${status}" != 0 ]]; then
   echo "a process failed (status ${status}); see ${LOG_DIR}/proc*.log" >&2
 fi

@@ -17,6 +17,12 @@
 # The workdir must be on a file system every node sees (checkpoints are written by all
 # processes, metrics and predictions by process 0). A run preempted with SIGTERM exits 143 after
 # saving; submit the same command again (or use sbatch --requeue) to resume.
+# A lost process (node failure, OOM kill): srun --kill-on-bad-exit=1 ends the job step, and each
+# surviving process's watchdog stops it first with one line naming the lost one
+# (config.distributed.watchdog_timeout_s, default 30 s, below JAX's heartbeat timeout
+# config.distributed.heartbeat_timeout_s, default 100 s). On a busy shared file system raise
+# both together, e.g. --config.distributed.watchdog_timeout_s=60
+# --config.distributed.heartbeat_timeout_s=120; resubmit to resume (docs/reliability.md).
 set -euo pipefail
 
 DRY_RUN=0

@@ -17,6 +17,12 @@
 # The workdir must be a path every worker sees (e.g. a bucket mounted with gcsfuse at /mnt/gcs):
 # metrics and predictions are written with ordinary file I/O. A preempted run exits 143
 # after saving its checkpoint; run the same command again to resume.
+# A lost worker (host maintenance, a crash): every other worker's watchdog stops it within
+# config.distributed.watchdog_timeout_s (default 30 s) with one line naming the lost worker, so
+# `gcloud ... --worker=all` returns instead of idling the slice until JAX's heartbeat timeout
+# (config.distributed.heartbeat_timeout_s, 100 s). Large slices whose first compile or
+# initialization is slow: raise config.distributed.initialization_timeout_s. Run the same command
+# again to resume from the last checkpoint (docs/reliability.md).
 set -euo pipefail
 
 DRY_RUN=0

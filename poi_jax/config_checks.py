@@ -44,6 +44,10 @@ _RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "eval.n_best_size": (lambda v: v >= 1, ">= 1"),
     "eval.max_answer_length": (lambda v: v >= 1, ">= 1"),
     "model.dropout": (lambda v: v < 0 or v < 1, "in [0, 1), or < 0 (the encoder's)"),
+    "distributed.initialization_timeout_s": (lambda v: v >= 1, ">= 1"),
+    "distributed.heartbeat_timeout_s": (lambda v: v >= 1, ">= 1"),
+    "distributed.shutdown_timeout_s": (lambda v: v >= 1, ">= 1"),
+    "distributed.watchdog_timeout_s": (lambda v: v >= 0, ">= 0 (0: no watchdog)"),
     "mesh.data": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (the rest of the devices)"),
     "mesh.fsdp": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),
     "mesh.tensor": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),
@@ -70,6 +74,12 @@ def check_config(config) -> None:
       raise ConfigError(f"{field}={value!r} must be a number {domain}")
     if not ok(value):
       raise ConfigError(f"{field}={value!r} must be {domain}")
+  watchdog = _get(config, "distributed.watchdog_timeout_s")
+  heartbeat = _get(config, "distributed.heartbeat_timeout_s")
+  if watchdog and heartbeat and watchdog >= heartbeat:
+    raise ConfigError(f"distributed.watchdog_timeout_s={watchdog} must be below "
+                      f"distributed.heartbeat_timeout_s={heartbeat}: JAX aborts a process "
+                      f"that long after losing a peer, with a C++ log instead of one line")
   steps, epochs = _get(config, "train.max_steps"), _get(config, "train.epochs")
   if steps is not None and epochs is not None and steps <= 0 and epochs == 0:
     raise ConfigError(f"train.epochs=0 with train.max_steps={steps} trains nothing: set "

@@ -17,7 +17,8 @@ SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
 
 Exit codes: 0 done; 1 bad input or config (one line on stderr, before any compilation); 143 the
 run got SIGTERM, 130 Ctrl-C, and saved a checkpoint (run the same command again to resume); a
-second Ctrl-C stops at once (130).
+second Ctrl-C stops at once (130). Faults (docs/reliability.md) end in one ``error:`` line: 1 a
+failed write, a non-finite loss or no intact checkpoint; 70 another process of the run was lost.
 
 ``--mode=eval`` / ``predict`` write into ``--output_dir`` (default
 ``<workdir>/<mode>/<data name>-<step>``), never over the training run's files.
@@ -27,12 +28,14 @@ from __future__ import annotations
 import os
 import re
 import sys
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from poi_jax import config_checks, tasks
 from poi_jax.data.pos import NltkResourceError
+from poi_jax.faults import RunFault
 from poi_jax.io import write_json_atomic
 from poi_jax.models import encoders
 
@@ -84,15 +87,28 @@ def describe(config, workdir: str, *, write_config: bool) -> str:
   return summary
 
 
-def init_distributed() -> None:
-  """`jax.distributed.initialize` from the flags, or from the environment with --distributed=auto."""
+def init_distributed(config=None) -> None:
+  """`jax.distributed.initialize` from the flags, or from the environment with
+  --distributed=auto, with the timeouts of ``config.distributed``; then the lost-process
+  watchdog (`poi_jax.train.watchdog`)."""
   import jax
+  section = (config.get("distributed", None) if config is not None else None) or {}
+  timeouts = {name: int(section[key]) for name, key in (
+      ("initialization_timeout", "initialization_timeout_s"),
+      ("heartbeat_timeout_seconds", "heartbeat_timeout_s"),
+      ("shutdown_timeout_seconds", "shutdown_timeout_s")) if key in section}
   if _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                               **timeouts)
   elif _DISTRIBUTED.value == "auto":
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
+  else:
+    return
+  from poi_jax.train import watchdog
+  watchdog.start(jax.process_index(), jax.process_count(),
+                 timeout_s=float(section.get("watchdog_timeout_s", 0)))
 
 
 def main(argv):
@@ -106,7 +122,7 @@ def main(argv):
     # Every value and the workdir are checked before anything is read, built or written.
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
-    init_distributed()
+    init_distributed(config)
     if mode == "prepare":
       from poi_jax.train import data as data_lib
       print(config_summary(config))
@@ -117,14 +133,42 @@ def main(argv):
       loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
+    _stop_the_other_processes(f"error: {e}", 1)
     return 1
+  except RunFault as e:  # a full disk, a NaN loss, no intact checkpoint (docs/reliability.md)
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    _stop_the_other_processes(f"error: {e}", e.exit_code)
+    return e.exit_code
   except loop.Preempted as e:
     print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
     return 128 + e.signum
   except KeyboardInterrupt:
     print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
+  except Exception as e:
+    from poi_jax.train import watchdog
+    if watchdog.active() is not None:
+      # In a multi-process run an error may only be the echo of another process's loss (a
+      # collective that failed): the watchdog then names that process and ends this one.
+      watchdog.active().explain(e)
+      traceback.print_exc()  # a fault of this process: say so, and stop the others
+      first = (str(e).splitlines() or [""])[0]
+      _stop_the_other_processes(f"{type(e).__name__}: {first}", 1)
+    raise
   return 0
+
+
+def _stop_the_other_processes(line: str, exit_code: int) -> None:
+  """Multi-process runs: tells the other processes (through the watchdog) that this one stops
+  with ``line``, so that they stop at once naming it, and leaves without the shutdown barrier
+  (which would wait for processes that are stopping too). Single process: nothing."""
+  from poi_jax.train import watchdog
+  if watchdog.active() is None:
+    return
+  watchdog.active().announce(line)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(exit_code)
 
 
 def parse_flags(argv):

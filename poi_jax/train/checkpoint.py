@@ -26,6 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from poi_jax import faults
 from poi_jax.io import write_json_atomic
 
 
@@ -113,12 +114,16 @@ class Checkpointer:
         preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
         best_fn=(lambda m: m[best_metric]) if best_metric else None,
         best_mode="max" if higher_is_better else "min",
-        enable_async_checkpointing=False, create=True)
+        enable_async_checkpointing=False, create=True,
+        # A save that failed half-way (full disk, a killed process) leaves orbax's temporary
+        # directory; it is never read back and is removed when the next run starts.
+        cleanup_tmp_directories=True)
     self.best_metric = best_metric
     self.higher_is_better = higher_is_better
     _quiet_orbax()
-    self.manager = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")),
-                                         options=options, item_names=("state", "meta"))
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                         item_names=("state", "meta"))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -148,10 +153,22 @@ class Checkpointer:
     if step in self.manager.all_steps():
       return
     pure = _to_storable(nnx.to_pure_dict(state))
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(pure),
-                                                    meta=ocp.args.JsonSave(meta)),
-                      metrics=metrics, force=True)
-    self.manager.wait_until_finished()
+    try:
+      self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(pure),
+                                                      meta=ocp.args.JsonSave(meta)),
+                        metrics=metrics, force=True)
+      self.manager.wait_until_finished()
+    except Exception as e:  # orbax / tensorstore wrap the OS error in their own types
+      if not faults.is_os_failure(e):
+        raise
+      self.manager.reload()  # forget the failed step: only committed ones are listed
+      previous = self.manager.latest_step()
+      raise faults.WriteFailed(
+          f"could not write checkpoint {step} to {os.path.join(self.directory, str(step))}: "
+          f"{faults.cause(e)}; "
+          + (f"checkpoint {previous} is intact" if previous is not None else
+             "no earlier checkpoint") + "; free space, then run the same command to resume"
+      ) from e
 
   def restore(self, step: int, state: nnx.State) -> tuple[nnx.State, dict]:
     """``state`` with the values of ``step`` (same shardings as ``state``), and its meta."""
@@ -170,6 +187,62 @@ class Checkpointer:
     new = jax.tree.map(lambda x: x, state)  # a copy to fill in
     nnx.replace_by_pure_dict(new, restored)
     return new, dict(out.meta)
+
+  def restore_latest_intact(self, state: nnx.State) -> tuple[int, nnx.State, dict] | None:
+    """The newest checkpoint that restores completely: (step, state, meta); None when there is
+    no checkpoint at all. A damaged one (files truncated or deleted, a save that never
+    committed) is reported in one line and the one before it is tried; when every checkpoint is
+    damaged, `poi_jax.faults.NoIntactCheckpoint` (never a silent start from scratch)."""
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    damaged = []
+    for step in steps:
+      problem = self._damage(step)
+      if problem is None:
+        try:
+          restored, meta = self.restore(step, state)
+          self._set_aside(damaged)
+          return step, restored, meta
+        except Exception as e:  # orbax / tensorstore raise many types for unreadable files
+          problem = faults.cause(e)
+      damaged.append(step)
+      print(f"checkpoint {step} in {self.directory} is damaged ({problem}); "
+            + ("trying the one before it" if step != steps[-1] else "it was the oldest"),
+            flush=True)
+    if damaged:
+      raise faults.NoIntactCheckpoint(
+          f"no intact checkpoint in {self.directory}: steps {', '.join(map(str, damaged))} are "
+          f"all damaged; delete {self.directory} to start over, or restore it from a backup")
+    return None
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Moves damaged ``steps`` to ``<workdir>/checkpoints-damaged/`` (kept for inspection), so
+    the resumed run saves those steps anew instead of finding them already there."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      aside = self.directory + "-damaged"
+      os.makedirs(aside, exist_ok=True)
+      for step in steps:
+        target = os.path.join(aside, str(step))
+        if os.path.exists(target):
+          target += f".{len(os.listdir(aside))}"
+        os.replace(os.path.join(self.directory, str(step)), target)
+      print(f"damaged checkpoint(s) {', '.join(map(str, steps))} moved to {aside}", flush=True)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      multihost_utils.sync_global_devices("poi_jax: damaged checkpoints set aside")
+    self.manager.reload()
+
+  def _damage(self, step: int) -> str | None:
+    """What is visibly wrong with ``step``'s directory before reading it (None: nothing): not
+    committed (orbax's marker / finalized rename) or an item missing."""
+    path = os.path.join(self.directory, str(step))
+    if not ocp.utils.is_checkpoint_finalized(path):
+      return "its save never finished"
+    for item in ("state", "meta"):
+      if not os.path.isdir(os.path.join(path, item)):
+        return f"{item}/ is missing"
+    return None
 
   def close(self) -> None:
     self.manager.wait_until_finished()

@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
+from poi_jax import faults
 from poi_jax.data.loader import eval_batches
 from poi_jax.io import default_mode, write_json_atomic
 from poi_jax.train import placement
@@ -75,10 +76,11 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
     out_dir = os.path.abspath(run.output_dir)
     whole_dir = out_dir != os.path.abspath(run.workdir)
     parent = os.path.dirname(out_dir) if whole_dir else out_dir
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=".staging-")
-    os.chmod(staging, default_mode(directory=True))
+    staging = None
     try:
+      os.makedirs(parent, exist_ok=True)
+      staging = tempfile.mkdtemp(dir=parent, prefix=".staging-")
+      os.chmod(staging, default_mode(directory=True))
       results = run.task.evaluate(config, split.records, features, outputs, staging,
                                   score=score)
       write_json_atomic(os.path.join(staging, "eval_results.json"),
@@ -87,8 +89,14 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
         write_json_atomic(os.path.join(staging, "config.json"), config_dict(config),
                           sort_keys=True)
       _publish(staging, out_dir, whole_dir=whole_dir)
-    except BaseException:
-      shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as e:
+      if staging:
+        shutil.rmtree(staging, ignore_errors=True)
+      if isinstance(e, Exception) and faults.is_os_failure(e):  # a full or failing disk
+        raise faults.WriteFailed(
+            f"could not write the {'predictions' if not score else 'evaluation'} of step "
+            f"{step} to {out_dir}: {faults.cause(e)}; the previous files there are kept; free "
+            f"space, then run the same command again") from e
       raise
     if run.mode != "predict":
       run.writer.write(step, **{f"eval/{k}": v for k, v in results.items()

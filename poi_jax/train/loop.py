@@ -19,9 +19,15 @@ the parameter count at start; a tqdm bar (ETA, examples/s) on process 0; loss, l
 gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. Modes: ``train``,
 ``eval`` (the best checkpoint, else the latest, else ``model.init_from``), ``train_and_eval``,
 ``predict`` (``data.predict_file``, no answers needed; predictions only).
+
+Faults (docs/reliability.md): a non-finite loss or gradient norm stops the run at its step
+before anything non-finite is saved (`poi_jax.train.nonfinite`; ``optim.skip_nonfinite`` skips
+such updates instead); a resume restores the newest intact checkpoint; failed writes raise
+`poi_jax.faults.WriteFailed`.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -29,9 +35,12 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from poi_jax import faults
 from poi_jax.data.loader import TrainLoader
+from poi_jax.faults import NoIntactCheckpoint
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
+from poi_jax.train import nonfinite
 from poi_jax.train import placement
 from poi_jax.train import step as step_lib
 from poi_jax.train.metrics import MetricWriter
@@ -82,11 +91,41 @@ def _evaluate_checkpoint(run: Run) -> dict:
   (setup refused a workdir with neither)."""
   step = run.checkpointer.evaluated_step()
   if step is not None:
-    run.sharded.state, _ = run.checkpointer.restore(step, run.sharded.state)
+    try:
+      run.sharded.state, _ = run.checkpointer.restore(step, run.sharded.state)
+    except Exception as e:  # damaged files: one line (training resumes skip such a step)
+      raise NoIntactCheckpoint(
+          f"checkpoint {step} in {run.checkpointer.directory} is damaged "
+          f"({faults.cause(e)}); move {run.checkpointer.directory}/{step} aside to evaluate "
+          f"the next one, or resume training (which skips it) to write a new one") from e
     print(f"evaluating checkpoint {step}")
   else:
     print(f"no checkpoint in the workdir: evaluating model.init_from={run.config.model.init_from}")
   return eval_lib.evaluate(run, step=step or 0, save=False)
+
+
+@contextlib.contextmanager
+def _closing(bar):
+  try:
+    yield bar
+  finally:
+    bar.close()
+
+
+def _check_finite(run: Run, window: list, step: int, *, params: bool = False) -> list:
+  """The host copies of ``window`` (the outputs of the steps up to ``step``); raises
+  `poi_jax.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
+  and, with ``params``, when the state itself is not finite (before a save or an evaluation)."""
+  vals = jax.device_get(window)
+  skip = bool(run.config.optim.get("skip_nonfinite", False))
+  ckpt = run.checkpointer
+  bad = None if skip else nonfinite.first_nonfinite(vals, step)
+  if bad is not None:
+    raise nonfinite.stop(bad[0], bad[1], ckpt.latest_step(), ckpt.directory)
+  if params and not nonfinite.state_is_finite(run.sharded.state):
+    raise nonfinite.stop(step, None, ckpt.latest_step(), ckpt.directory,
+                         what=f"non-finite parameters after step {step}")
+  return vals
 
 
 def train(run: Run, *, evaluate_at_end: bool) -> dict:
@@ -102,9 +141,11 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   micro_total = run.total_steps * run.accum  # loader batches; an update every `accum` of them
   has_eval = run.eval is not None
   step = 0
-  latest = checkpointer.latest_step()
-  if latest is not None:
-    sharded.state, meta = checkpointer.restore(latest, sharded.state)
+  # The newest checkpoint that restores completely: a damaged one is named and skipped, and a
+  # workdir whose checkpoints are all damaged is an error, never a silent start from scratch.
+  found = checkpointer.restore_latest_intact(sharded.state)
+  if found is not None:
+    _, sharded.state, meta = found
     loader.set_state(meta["loader"])
     step = int(meta["step"])
     print(f"resumed from checkpoint {step} in {run.workdir}")
@@ -120,31 +161,41 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   # the first step) and evaluations / checkpoint saves (it restarts after them).
   timer = [time.time(), step]
   first_step = step + 1
-  window: list = []
-  with ckpt_lib.PreemptionWatcher() as watcher:
+  window: list = []  # step outputs since the last log, still on the device
+  skip_nonfinite = bool(config.optim.get("skip_nonfinite", False))
+  with ckpt_lib.PreemptionWatcher() as watcher, _closing(bar):  # (closed before any error line)
     while step < micro_total:
       batch = placement.global_batch(next(loader), sharded.mesh)
       sharded.state, out = sharded.train_step(sharded.state, batch)
       step += 1
       bar.update(1)
       window.append(out)
+      extra: dict = {}  # logged beside the loss
+      preempt = watcher.requested()  # (one all-gather per step in a multi-process run)
       if step == first_step:  # compiled and ran: time from here
         jax.block_until_ready(out)
         timer = [time.time(), step]
+      saving = (step % config.train.save_every == 0 or step == micro_total
+                or (has_eval and step % eval_every == 0) or preempt)
+      if saving:  # nothing non-finite is evaluated, saved or exported (train/nonfinite.py)
+        _check_finite(run, window, step, params=True)
       if step % config.train.log_every == 0 or step == micro_total:
-        vals = jax.device_get(window)
-        loss = float(np.mean([v["loss"] for v in vals]))
-        gnorm = float(np.mean([v["grad_norm"] for v in vals]))
+        vals = _check_finite(run, window, step)
+        loss = (nonfinite.finite_mean([float(v["loss"]) for v in vals]) if skip_nonfinite
+                else float(np.mean([v["loss"] for v in vals])))
+        gnorm = (nonfinite.finite_mean([float(v["grad_norm"]) for v in vals])
+                 if skip_nonfinite else float(np.mean([v["grad_norm"] for v in vals])))
+        if skip_nonfinite:
+          extra["nonfinite_skipped"] = nonfinite.skipped_updates(sharded.state) or 0
         window = []
-        rate = {}
         if step > timer[1]:
-          rate["examples_per_s"] = ((step - timer[1]) * config.train.batch_size
+          extra["examples_per_s"] = ((step - timer[1]) * config.train.batch_size
                                     / max(time.time() - timer[0], 1e-9))
         timer = [time.time(), step]
-        bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{rate.get('examples_per_s', 0.0):.1f}",
+        bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{extra.get('examples_per_s', 0.0):.1f}",
                         epoch=f"{loader.epoch(step):.2f}")
         writer.write(step, loss=loss, lr=float(run.schedule(step // run.accum)), grad_norm=gnorm,
-                     epoch=loader.epoch(step), **rate)
+                     epoch=loader.epoch(step), **extra)
       evaluated = False
       if has_eval and (step % eval_every == 0) and step < micro_total:
         results = eval_lib.evaluate(run, step=step, meta_fn=meta)
@@ -155,7 +206,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         checkpointer.save(step, sharded.state, meta())  # (the final eval saves with its metrics)
       if evaluated or step % config.train.save_every == 0:
         timer = [time.time(), step]
-      if watcher.requested():
+      if preempt:
         checkpointer.save(step, sharded.state, meta())
         bar.close()
         signum = watcher.signum or signal.SIGTERM  # (another process got it)

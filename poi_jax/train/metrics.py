@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 
+from poi_jax import faults
 from poi_jax.io import default_mode
 
 
@@ -60,8 +61,13 @@ class MetricWriter:
     if not self.enabled:
       return
     record = {"step": int(step), "time": time.time(), **{k: float(v) for k, v in scalars.items()}}
-    self._jsonl.write(json.dumps(record) + "\n")
-    self._jsonl.flush()
+    try:
+      self._jsonl.write(json.dumps(record) + "\n")
+      self._jsonl.flush()
+    except OSError as e:  # a full or failing disk: one line, the checkpoints stay
+      raise faults.WriteFailed(
+          f"could not write {self._path}: {faults.cause(e)}; the checkpoints are kept (a resume "
+          f"drops a torn last row); free space, then run the same command to resume") from e
     tb = self._tensorboard()
     if tb:
       for k, v in scalars.items():

@@ -1,5 +1,6 @@
 """optax AdamW with linear warmup + linear decay, clipping, accumulation, and no weight decay on
-biases and LayerNorm parameters (as BERT-family fine-tuning does)."""
+biases and LayerNorm parameters (as BERT-family fine-tuning does); ``optim.skip_nonfinite``
+skips updates with non-finite gradients (`optax.apply_if_finite`)."""
 from __future__ import annotations
 
 import jax
@@ -37,6 +38,11 @@ def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int
       optax.clip_by_global_norm(optim.grad_clip) if optim.grad_clip > 0 else optax.identity(),
       optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
                   weight_decay=optim.weight_decay, mask=decay_mask))
+  if optim.get("skip_nonfinite", False):
+    # An update whose gradients hold a NaN / inf is dropped (parameters and moments unchanged)
+    # and counted in the state (`poi_jax.train.nonfinite.skipped_updates`). Never give up and
+    # apply one: the loop stops if the parameters themselves stop being finite.
+    tx = optax.apply_if_finite(tx, max_consecutive_errors=2**31 - 1)
   if optim.accum_steps > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=optim.accum_steps)
   return tx, schedule

@@ -60,3 +60,9 @@ def start_main(*args) -> subprocess.Popen:
   """`poi_jax.main` in the background (to signal or kill it)."""
   return subprocess.Popen(main_cmd(*args), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
+
+
+def rows(workdir) -> list[dict]:
+  """The records of metrics.jsonl, in order."""
+  with open(pathlib.Path(workdir) / "metrics.jsonl") as f:
+    return [json.loads(line) for line in f if line.strip()]

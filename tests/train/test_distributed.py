@@ -1,33 +1,118 @@
 """Two CPU processes joined by `jax.distributed` (through launch/local_multiprocess.sh) train the
-tiny config and log the same losses as one process with the same global batch."""
+tiny config and log the same losses as one process with the same global batch; when one of them
+is SIGKILLed, the other stops within seconds in one line naming it, the launcher returns the
+killed process's status, and the same command resumes to the same losses."""
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
 from tests.train import engine_runs as er
 
+STEPS = 16
+EXTRA = [f"--config.train.max_steps={STEPS}", "--mode=train", "--config.train.export_best=false",
+         "--config.train.save_every=3"]
 
-def test_two_processes_log_the_same_losses_as_one(tmp_path):
-  steps = 6
-  extra = [f"--config.train.max_steps={steps}", "--mode=train",
-           "--config.train.export_best=false"]
-  one = er.run_main(*er.tiny_args(tmp_path / "one", *extra))
-  assert one.returncode == 0, one.stderr[-3000:]
 
+@pytest.fixture
+def one_process(tmp_path_factory):
+  """The reference: one process, the same global batch, never interrupted."""
+  work = tmp_path_factory.mktemp("one")
+  out = er.run_main(*er.tiny_args(work, *EXTRA))
+  assert out.returncode == 0, out.stderr[-3000:]
+  return er.losses(work)
+
+
+def _launch(workdir, logs, *extra, port_offset=0):
   env = er.env(1)
-  env.update(NPROCS="2", PORT=str(20000 + os.getpid() % 20000), LOG_DIR=str(tmp_path / "logs"))
-  two = subprocess.run(["bash", "launch/local_multiprocess.sh", "--",
-                        *er.tiny_args(tmp_path / "two", *extra)],
-                       cwd=er.ROOT, env=env, capture_output=True, text=True, timeout=600)
-  logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*.log")))
-  assert two.returncode == 0, two.stderr + logs[-4000:]
-  assert "2 process(es)" in logs  # (anywhere: progress bars of a slow run push it far back)
+  env.update(NPROCS="2", PORT=str(20000 + (os.getpid() + port_offset) % 20000),
+             LOG_DIR=str(logs), GRACE_S="45")
+  return subprocess.Popen(["bash", "launch/local_multiprocess.sh", "--",
+                           *er.tiny_args(workdir, *EXTRA, *extra)],
+                          cwd=er.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
 
-  a, b = er.losses(tmp_path / "one"), er.losses(tmp_path / "two")
-  assert sorted(a) == sorted(b) == list(range(1, steps + 1))
-  for s in a:
-    assert b[s] == pytest.approx(a[s], abs=1e-5), s
+
+def _logs(logs):
+  return "".join(p.read_text() for p in sorted(logs.glob("*.log")))
+
+
+def _pid_of(workdir, process_id) -> int | None:
+  """The pid of ``poi_jax.main --process_id=<process_id>`` training in ``workdir``."""
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+    except OSError:
+      continue
+    if f"--workdir={workdir}" in cmd and f"--process_id={process_id}" in cmd \
+        and "poi_jax.main" in cmd:
+      return int(pid)
+  return None
+
+
+def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_path,
+                                                                           one_process):
+  work, logs = tmp_path / "w", tmp_path / "logs"
+  run = _launch(work, logs, "--config.distributed.watchdog_timeout_s=10", port_offset=1)
+  metrics = work / "metrics.jsonl"
+  deadline = time.time() + 400
+  while time.time() < deadline and run.poll() is None:
+    if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+      break
+    time.sleep(0.02)
+  assert run.poll() is None, "the run ended before a process could be killed"
+  victim = _pid_of(work, 1)
+  assert victim is not None
+  os.kill(victim, signal.SIGKILL)
+  killed_at = time.time()
+  _, err = run.communicate(timeout=120)
+  took = time.time() - killed_at
+  survivor = (logs / "proc0.log").read_text()
+  assert run.returncode == 137, err + survivor[-3000:]  # the killed process's status
+  assert took < 60, took
+  assert "process 1 failed with status 137 (KILL)" in err
+  last = survivor.strip().splitlines()[-1]
+  assert last.startswith("error: lost process 1 of 2"), survivor[-3000:]
+  assert "Traceback" not in survivor and "Fatal Python error" not in survivor
+  assert "*** Check failure" not in survivor and "F0000" not in survivor  # no C++ fatal log
+  logged = er.losses(work)
+  assert max(logged) < STEPS, "the kill came too late to test a resume"
+  assert "2 process(es)" in survivor
+
+  again = _launch(work, tmp_path / "logs2", port_offset=2)  # the same command again
+  _, err = again.communicate(timeout=600)
+  logs2 = _logs(tmp_path / "logs2")
+  assert again.returncode == 0, err + logs2[-4000:]
+  resumed = int(logs2.split("resumed from checkpoint ")[1].split()[0])
+  assert resumed >= 3
+  # Two processes log what one does, before the kill and after the resume (rows the killed run
+  # logged past its checkpoint were dropped on resume and logged again).
+  got = er.losses(work)
+  assert sorted(got) == sorted(one_process) == list(range(1, STEPS + 1))
+  for s in got:
+    assert got[s] == pytest.approx(one_process[s], abs=1e-5), s
+
+
+@pytest.mark.slow  # a third 2-process run (`pytest -m slow tests/train/test_distributed.py`)
+def test_a_fault_in_a_two_process_run_stops_both_in_one_line(tmp_path):
+  """A NaN loss in a 2-process run: both processes stop at once with one `error:` line (their
+  own, or the other's announced through the watchdog), no shutdown-barrier wait, nothing
+  non-finite saved."""
+  work, logs = tmp_path / "w", tmp_path / "logs"
+  run = _launch(work, logs, "--config.optim.lr=1e6", "--config.train.save_every=1",
+                port_offset=3)
+  _, err = run.communicate(timeout=600)
+  assert run.returncode in (1, 70), err
+  for i in range(2):
+    last = (logs / f"proc{i}.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("error: non-finite loss at step") or \
+        last.startswith("error: process 1 of 2 stopped (error: non-finite loss") or \
+        last.startswith("error: process 0 of 2 stopped (error: non-finite loss"), (i, last)
+  bad = int(last.split("non-finite loss at step ")[1].split()[0])
+  kept = sorted(int(p.name) for p in (work / "checkpoints").iterdir() if p.name.isdigit())
+  assert max(kept) == bad - 1  # save_every=1: every step before the NaN, none after
 
 
 def test_dry_run_prints_one_command_per_process(tmp_path):
