@@ -14,7 +14,7 @@ from poi_jax.train import evaluate as eval_lib
 
 
 def _run(tmp_path, task_evaluate, mode="train_and_eval", output_dir=None):
-  split = types.SimpleNamespace(records=[1, 2], features=None, num_in_source=2)
+  split = types.SimpleNamespace(records=[1, 2], load_features=lambda: None, num_in_source=2)
   writes = []
   return types.SimpleNamespace(
       config=types.SimpleNamespace(train=types.SimpleNamespace(eval_batch_size=2)),
