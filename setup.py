@@ -8,8 +8,10 @@ setup(
     "with parity to the PyTorch originals.",
     python_requires=">=3.11",
     packages=find_packages(include=["poi_jax", "poi_jax.*"]),
-    # DASSA's explicit discourse connective lexicon.
-    package_data={"poi_jax.data.features": ["pdtb_connectives.txt"]},
+    # DASSA's explicit discourse connective lexicon; the SQuAD 2.0 sample (CC BY-SA 4.0, NOTICE)
+    # that the tiny and CPU quickstarts read, so that they run from a plain install.
+    package_data={"poi_jax.data.features": ["pdtb_connectives.txt"],
+                  "poi_jax.sample_data": ["squad2-dev-subset.json.xz", "NOTICE"]},
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",

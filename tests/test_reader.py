@@ -20,9 +20,7 @@ from poi_jax.data import readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import loop
-from tests.conftest import DATA, ROOT
-
-SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
+from tests.conftest import ROOT, SQUAD
 
 
 def _train(config, workdir, **fields):
@@ -35,7 +33,7 @@ def _train(config, workdir, **fields):
 
 
 @pytest.fixture(scope="module")
-def squad_run(tmp_path_factory, data_dir):
+def squad_run(tmp_path_factory):
   return _train(squad_config.get_config("tiny"), tmp_path_factory.mktemp("squad") / "work",
                 data__train_file=str(SQUAD), data__eval_file=str(SQUAD),
                 data__max_train_examples=48, data__max_eval_examples=24,

@@ -4,12 +4,13 @@ answer offsets shifted by the paragraph's position. Written in NewsQA's combined
 in NLQuAD's (SQuAD v1.1) format."""
 import json
 
+from poi_jax.data.records import load_json
+
 
 def long_articles(squad_path, *, paragraphs_per_article=None, articles=None):
   """``[(title, text, [(question, [(start, end), ...]), ...])]``; ``paragraphs_per_article``
   splits each Wikipedia article into consecutive chunks of that many paragraphs (None: all)."""
-  with open(squad_path) as f:
-    data = json.load(f)["data"]
+  data = load_json(str(squad_path))["data"]
   out = []
   for a in data[slice(*articles) if articles else slice(None)]:
     paras = a["paragraphs"]

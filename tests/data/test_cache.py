@@ -27,8 +27,8 @@ def tokenizer(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def examples(data_dir):
-  return read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:12]
+def examples(squad_file):
+  return read_squad(squad_file)[:12]
 
 
 class Counter:
@@ -156,7 +156,7 @@ def test_a_crash_while_writing_keeps_the_old_entry(tmp_path, tokenizer, examples
   assert path.read_bytes() == before
 
 
-def test_tasks_featurize_through_the_cache(tmp_path, tokenizer, data_dir, monkeypatch):
+def test_tasks_featurize_through_the_cache(tmp_path, tokenizer, data_dir, squad_file, monkeypatch):
   from configs import dream, squad2
   from poi_jax.data import parallel
   from poi_jax.tasks import choice as choice_task
@@ -166,7 +166,7 @@ def test_tasks_featurize_through_the_cache(tmp_path, tokenizer, data_dir, monkey
   c.data.cache_dir = str(tmp_path / "squad")
   c.data.num_workers = 0
   c.data.max_seq_length, c.data.doc_stride, c.data.max_query_length = 64, 24, 16
-  examples = read_squad(data_dir / "squad2" / "squad2-dev-subset.json")[:8]
+  examples = read_squad(squad_file)[:8]
   first = squad_task.featurize(examples, tokenizer, c, is_training=True)
   d = dream.get_config("tiny")
   d.unlock()

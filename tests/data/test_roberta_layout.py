@@ -35,8 +35,8 @@ def _roberta_tokenizer(texts, trim_offsets: bool):
 
 
 @pytest.fixture(scope="module")
-def squad(data_dir):
-  path = data_dir / "squad2" / "squad2-dev-subset.json"
+def squad(squad_file):
+  path = squad_file
   return read_squad(path), json.loads(path.read_text())["data"]
 
 
