@@ -1,9 +1,10 @@
 """SQuAD 1.1 with POI-Net.
 
 Variants: ``tiny`` (random ALBERT, offline, minutes on a CPU), ``minilm`` (real all-MiniLM-L6-v2,
-offline), ``minilm_cpu`` (the CPU quickstart that learns: MiniLM on the shipped SQuAD 2.0
-sample's answerable questions, ~10 minutes on 2 CPU cores), ``albert_base`` and ``albert_xxlarge`` (the paper's Table 2: lr 1e-5, warmup 10%,
-2 epochs, batch 24, max length 512), ``bf16``; variants combine (``minilm,bf16``). Usage::
+offline), ``minilm_cpu`` (the CPU quickstart that learns: MiniLM on the answerable questions of
+the SQuAD 2.0 sample shipped in the package, README "CPU quickstart"), ``albert_base`` and
+``albert_xxlarge`` (the paper's Table 2: lr 1e-5, warmup 10%, 2 epochs, batch 24, max length
+512), ``bf16``; variants combine (``minilm,bf16``). Usage::
 
   python -m poi_jax.main --config=configs/squad1.py:tiny --workdir=/tmp/run \
       --config.data.train_file=../shared/data/squad1/squad1-dev-subset.json
@@ -27,9 +28,9 @@ def _minilm_cpu(c):
   c.data.max_query_length = 32
   c.train.batch_size = 16
   c.train.eval_batch_size = 64
-  c.train.max_steps = 200
-  c.train.log_every = 20
-  c.train.save_every = 200
+  c.train.max_steps = 150  # 2,400 windows: about one epoch
+  c.train.log_every = 10
+  c.train.save_every = 150
   c.optim.lr = 1e-4
   c.optim.warmup_ratio = 0.1
 

@@ -1,5 +1,5 @@
-"""Long articles for the QOPN tests, built from ../shared/data/squad2: the paragraphs of each
-Wikipedia article joined (blank line between them) into one article, answerable questions only,
+"""Long articles for the QOPN tests, built from the shipped SQuAD 2.0 sample: the paragraphs of
+each Wikipedia article joined (blank line between them) into one article, answerable questions only,
 answer offsets shifted by the paragraph's position. Written in NewsQA's combined JSON format and
 in NLQuAD's (SQuAD v1.1) format."""
 import json

@@ -1,4 +1,5 @@
-"""Readers load ../shared/data with the counts its README gives, and reject bad records."""
+"""Readers load the shipped SQuAD sample and $POI_JAX_DATA (../shared/data: DREAM, RACE) with the
+counts their READMEs give, and reject bad records."""
 import json
 
 import pytest

@@ -1,5 +1,5 @@
 """Slow suite: all-MiniLM-L6-v2 QOPN vs the same encoder with a sliding window and no reasoning
-blocks, on long articles built from ../shared/data/squad2, evaluated on held-out articles.
+blocks, on long articles built from the shipped SQuAD 2.0 sample, evaluated on held-out articles.
 
 Articles: consecutive chunks of 6 paragraphs of each Wikipedia article (about 800 words, NewsQA's
 616 words on average being the target regime), answerable questions only, offsets shifted. Train:

@@ -1,4 +1,4 @@
-"""NQ offline end to end: synthetic NQ-format pages from ../shared/data/squad2 train
+"""NQ offline end to end: synthetic NQ-format pages from the shipped SQuAD 2.0 sample; train
 ``configs/nq.py:tiny`` for a few steps through the engine, then decode + official metrics."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""QOPN tasks offline: long articles built from ../shared/data/squad2 (all paragraphs of each
-article, answerable questions, offsets shifted), trained with configs/newsqa.py:tiny through the
-engine; NLQuAD scoring (EM/F1/IoU) of gold spans; config errors."""
+"""QOPN tasks offline: long articles built from the shipped SQuAD 2.0 sample (all paragraphs of
+each article, answerable questions, offsets shifted), trained with configs/newsqa.py:tiny through
+the engine; NLQuAD scoring (EM/F1/IoU) of gold spans; config errors."""
 from __future__ import annotations
 
 import json
