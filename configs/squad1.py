@@ -16,8 +16,8 @@ from configs import base, heads
 def _minilm_cpu(c):
   """The CPU quickstart that learns: all-MiniLM-L6-v2 on the shipped SQuAD 2.0 sample's
   answerable questions (SQuAD 1.1-style), training on its first 9 articles (1,506 questions) and
-  scoring the 601 of its last 3, which it never sees. Short windows and a high learning rate,
-  so a few hundred steps move MiniLM on 2 CPU cores (README "CPU quickstart")."""
+  scoring the 601 of its last 3, which it never sees. One epoch (150 steps) at a high learning
+  rate moves MiniLM on 2 CPU cores: F1 8.3 -> 23.7 (README "CPU quickstart that learns")."""
   base.apply_minilm(c)
   c.data.answerable_only = True
   base.use_squad2_sample(c, max_train=1506, max_eval=-1, skip_eval=1506)
