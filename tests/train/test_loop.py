@@ -103,7 +103,9 @@ def test_checkpoints_eval_predict_export_and_workdir_guard(tmp_path, squad_file)
 
   unlabelled = er.unlabelled_squad(tmp_path / "unlabelled.json")
   r = _main(tmp_path, "configs/squad2.py:tiny", *common, "--mode=predict",
-            f"--config.data.predict_file={unlabelled}")
+            f"--config.data.predict_file={unlabelled}",
+            # another file: the variant's eval skip is lifted unless given (issue 26)
+            "--config.data.skip_eval_examples=208")
   assert r.returncode == 0, r.stderr[-3000:]
   assert json.loads((tmp_path / "predict" / "unlabelled-6" / "predictions.json").read_text()) \
       == preds
