@@ -8,9 +8,11 @@ setup(
     "with parity to the PyTorch originals.",
     python_requires=">=3.11",
     packages=find_packages(include=["poi_jax", "poi_jax.*"]),
-    # DASSA's explicit discourse connective lexicon.
+    # DASSA's explicit discourse connective lexicon; the SQuAD 2.0 sample (CC BY-SA 4.0, NOTICE)
+    # that the tiny and CPU quickstarts read, so that they run from a plain install; the serve
+    # demo page (python -m poi_jax.serve): static files, no build step.
     package_data={"poi_jax.data.features": ["pdtb_connectives.txt"],
-                  # The serve demo page (python -m poi_jax.serve): static files, no build step.
+                  "poi_jax.sample_data": ["squad2-dev-subset.json.xz", "NOTICE"],
                   "poi_jax": ["static/*"]},
     install_requires=[
         "jax>=0.10",

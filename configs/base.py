@@ -16,9 +16,10 @@ from typing import Callable
 
 import ml_collections
 
-# ../shared/data beside the repository: the offline data the `tiny` variants default to.
-SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                            "..", "shared", "data"))
+# Research-only data (DREAM, RACE) cannot ship with the package: the dream/race `tiny` variants
+# read it from $POI_JAX_DATA, by default ../shared/data beside the repository.
+SHARED_DATA = os.environ.get("POI_JAX_DATA") or os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
 
 # A small random encoder that runs offline on a CPU in a few minutes.
 TINY_ENCODER = dict(
@@ -92,6 +93,14 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so
   # they evaluate on the questions after the training ones (from the first unseen passage).
   c.data.skip_eval_examples = 0
+  # The files a variant set the caps above for (`use_variant_data`): when data.train_file /
+  # data.eval_file name another file, the variant's caps are lifted, saying so, unless they are
+  # also given on the command line (poi_jax/config_checks.py: lift_variant_caps).
+  c.data.caps_train_file = ""
+  c.data.caps_eval_file = ""
+  # Extractive tasks: drop unanswerable questions when reading (SQuAD 1.1-style training and
+  # scoring on a SQuAD 2.0 file).
+  c.data.answerable_only = False
 
   # ---- optimisation -----------------------------------------------------------------------
   c.optim = ml_collections.ConfigDict()
@@ -188,19 +197,36 @@ def apply_minilm(c: ml_collections.ConfigDict) -> None:
   c.optim.weight_decay = 0.01
 
 
-def use_shared_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, max_train: int,
-                    max_eval: int, skip_eval: int = 0) -> None:
-  """Points a ``tiny`` config at files of ../shared/data (when that directory exists), capped so
-  that train + eval take a minute or two on a CPU. ``skip_eval``: where train and eval read one
-  file, the eval questions start after the training ones, at the first passage training did not
-  see (tests/test_main.py checks that they share no passage)."""
-  if not os.path.isdir(SHARED_DATA):
-    return
-  c.data.train_file = os.path.join(SHARED_DATA, train)
-  c.data.eval_file = os.path.join(SHARED_DATA, eval_)
+def use_variant_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, max_train: int,
+                     max_eval: int, skip_eval: int = 0) -> None:
+  """Points a variant at its own files with caps meant for them (``skip_eval``: where train and
+  eval read one file, the eval questions start after the training ones, at the first passage
+  training did not see; tests/test_main.py checks that they share no passage). The caps belong
+  to these files: pointed elsewhere, the run lifts them (`poi_jax.config_checks`)."""
+  c.data.train_file, c.data.eval_file = train, eval_
+  c.data.caps_train_file, c.data.caps_eval_file = train, eval_
   c.data.max_train_examples = max_train
   c.data.max_eval_examples = max_eval
   c.data.skip_eval_examples = skip_eval
+
+
+def use_shared_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, max_train: int,
+                    max_eval: int, skip_eval: int = 0) -> None:
+  """Points a ``tiny`` config at files of $POI_JAX_DATA (default ../shared/data; when that
+  directory exists), capped so that train + eval take a minute or two on a CPU."""
+  if not os.path.isdir(SHARED_DATA):
+    return
+  use_variant_data(c, os.path.join(SHARED_DATA, train), os.path.join(SHARED_DATA, eval_),
+                   max_train=max_train, max_eval=max_eval, skip_eval=skip_eval)
+
+
+def use_squad2_sample(c: ml_collections.ConfigDict, *, max_train: int, max_eval: int,
+                      skip_eval: int = 0) -> None:
+  """Trains and evaluates on the SQuAD 2.0 sample shipped in the package (12 articles;
+  `poi_jax.sample_data`), so the variant runs from a plain install."""
+  from poi_jax import sample_data  # a tiny module: no JAX import
+  use_variant_data(c, sample_data.SQUAD2_SUBSET, sample_data.SQUAD2_SUBSET,
+                   max_train=max_train, max_eval=max_eval, skip_eval=skip_eval)
 
 
 def apply_albert_base(c: ml_collections.ConfigDict) -> None:

@@ -1,8 +1,9 @@
 """Every numeric config field that has a domain, checked in one place before anything is built.
 
 ``check_config(config)`` raises `ConfigError` naming the field, its value and what it must be;
-``check_workdir(workdir)`` says in one line why a workdir cannot be used. The entry point calls
-both before reading data, compiling or writing anything.
+``check_workdir(workdir)`` says in one line why a workdir cannot be used;
+``lift_variant_caps(config, ...)`` keeps a variant's data caps with the variant's own files. The
+entry point calls them before reading data, compiling or writing anything.
 """
 from __future__ import annotations
 
@@ -96,3 +97,50 @@ def check_workdir(workdir: str) -> None:
     raise ConfigError(f"--workdir={workdir}: {existing} is a file, not a directory")
   if not os.access(existing, os.W_OK | os.X_OK):
     raise ConfigError(f"--workdir={workdir}: {existing} is not writable")
+
+
+# The caps a variant sets for its own files (configs/base.py: use_variant_data), by the split
+# whose file they belong to, with the value that means "no cap".
+VARIANT_CAPS = {
+    "train": {"max_train_examples": -1},
+    "eval": {"max_eval_examples": -1, "skip_eval_examples": 0},
+}
+
+
+def _same_file(a: str, b: str) -> bool:
+  return a == b or (not a.startswith("tfds:") and not b.startswith("tfds:")
+                    and os.path.realpath(a) == os.path.realpath(b))
+
+
+def lift_variant_caps(config, overridden=(), mode: str = "train_and_eval") -> list[str]:
+  """Lifts the caps a variant set for its own data when the run reads other files.
+
+  A variant such as ``squad2.py:tiny`` caps and skips questions of its own file
+  (``data.caps_train_file`` / ``data.caps_eval_file``); a user who points ``data.train_file`` or
+  ``data.eval_file`` (``data.predict_file`` in predict mode) elsewhere asked for that file, so
+  each such cap goes back to "all" unless ``overridden`` (the dotted names given on the command
+  line, e.g. ``data.max_eval_examples``) names it. Changes ``config`` in place and returns one
+  line per split said to the user before anything is read.
+  """
+  d = config.data
+  if "caps_train_file" not in d:
+    return []
+  overridden = {name.removeprefix("config.") for name in overridden}
+  reads = {"train": d.train_file,
+           "eval": (d.predict_file or d.eval_file) if mode == "predict" else d.eval_file}
+  notes = []
+  for split, caps in VARIANT_CAPS.items():
+    meant_for, source = d[f"caps_{split}_file"], reads[split]
+    if not meant_for or _same_file(meant_for, source):
+      continue
+    lifted = {name: (d[name], off) for name, off in caps.items()
+              if d[name] != off and f"data.{name}" not in overridden}
+    for name, (_, off) in lifted.items():
+      d[name] = off
+    if lifted:
+      notes.append(
+          f"{split} data {source} is not the file the config's variant capped ({meant_for}): "
+          + ", ".join(f"data.{n}={v} lifted to {off}" for n, (v, off) in lifted.items())
+          + "; to keep " + ("it" if len(lifted) == 1 else "them") + ", pass "
+          + " ".join(f"--config.data.{n}={v}" for n, (v, _) in lifted.items()))
+  return notes

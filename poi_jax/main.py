@@ -119,6 +119,10 @@ def main(argv):
   config, workdir, mode = _CONFIG.value, _WORKDIR.value, _MODE.value
   from poi_jax.train import loop
   try:
+    # A variant's caps stay with its own files (said here, before anything is read).
+    overridden = config_flags.get_override_values(flags.FLAGS["config"])
+    for note in config_checks.lift_variant_caps(config, overridden, mode):
+      print(note)
     # Every value and the workdir are checked before anything is read, built or written.
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)

@@ -1,4 +1,13 @@
-"""Shared test set-up: paths to ../shared, NLTK data, and deterministic CPU JAX."""
+"""Shared test set-up: where the fixtures and data are, NLTK data, and deterministic CPU JAX.
+
+The repository is self-contained: the golden parity tensors are in tests/fixtures/parity
+(`PARITY`) and the SQuAD 2.0 sample ships in the package (`SQUAD`, `poi_jax.sample_data`).
+Research-only data (DREAM, RACE) cannot ship: tests that need it take the `data_dir` fixture
+(``$POI_JAX_DATA``, default ../shared/data), are marked `required`, and skip naming the setting
+when it is missing (under CI the skip fails the run).
+"""
+import functools
+import lzma
 import os
 import pathlib
 
@@ -10,46 +19,100 @@ pytest_plugins = ["pytester", "tests.required_checks"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-PARITY = SHARED / "parity"
-DATA = SHARED / "data"
+# Golden tensors (tests/fixtures/parity/SPEC.md); large ones are stored xz-compressed.
+PARITY = ROOT / "tests" / "fixtures" / "parity"
+# More fixtures of the same formats (e.g. holdout sets) are also read from here when it exists.
+EXTRA_PARITY = pathlib.Path(os.environ.get("POI_JAX_PARITY") or SHARED / "parity")
+# Research-only data (DREAM, RACE; NLTK's data for offline runs): never in the repository.
+DATA = pathlib.Path(os.environ.get("POI_JAX_DATA") or SHARED / "data")
+# The SQuAD 2.0 sample shipped as package data (12 articles, 4,449 questions; xz, which every
+# reader opens as it is: read it with poi_jax.data.records.load_json, not json.loads).
+SQUAD = ROOT / "poi_jax" / "sample_data" / "squad2-dev-subset.json.xz"
 
-# NLTK reads its tagger and punkt from here; set before nltk is imported anywhere.
-os.environ.setdefault("NLTK_DATA", str(DATA / "nltk_data"))
+# NLTK reads its tagger and punkt from NLTK_DATA, else from its standard places (where
+# `python -m nltk.downloader` puts them); set before nltk is imported anywhere. The offline copy
+# beside the repository is used when nothing else is set. A missing tagger is one clear error
+# (poi_jax.data.pos.NltkResourceError), never a skip: it is an install step.
+if "NLTK_DATA" not in os.environ and (DATA / "nltk_data").is_dir():
+  os.environ["NLTK_DATA"] = str(DATA / "nltk_data")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Parity at 1e-5 needs full float32 matmuls (no TF32 / bf16 passes on accelerators).
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
+_FIXTURE_SUFFIXES = (".safetensors.xz", ".safetensors")
+
 
 def parity_fixtures(prefix: str) -> list[pathlib.Path]:
-  """Every golden fixture ``<prefix>*.safetensors`` of ../shared/parity, sorted: the public one
-  and any other file of the same format, so that the parity tests run on each (pair it with a
-  test that the public one is found: an empty list would make a parametrized test skip)."""
-  return sorted(PARITY.glob(f"{prefix}*.safetensors"))
+  """Every golden fixture ``<prefix>*.safetensors[.xz]`` of tests/fixtures/parity, sorted, and
+  any other file of that format in `EXTRA_PARITY` whose name the repository does not hold, so
+  that the parity tests run on each (pair it with a test that the public one is found: an empty
+  list would make a parametrized test skip). Read one with `load_fixture`."""
+  found = {}
+  for directory in (EXTRA_PARITY, PARITY):  # the repository's copy wins
+    for suffix in _FIXTURE_SUFFIXES:
+      for path in directory.glob(f"{prefix}*{suffix}"):
+        found[fixture_id(path)] = path
+  return [found[k] for k in sorted(found)]
 
 
 def fixture_id(path: pathlib.Path) -> str:
-  return path.name.removesuffix(".safetensors")
+  name = path.name
+  for suffix in _FIXTURE_SUFFIXES:
+    if name.endswith(suffix):
+      return name.removesuffix(suffix)
+  return name
 
 
-def _require(path: pathlib.Path) -> pathlib.Path:
+@functools.lru_cache(maxsize=4)
+def _fixture_bytes(path: pathlib.Path) -> bytes:
+  raw = path.read_bytes()
+  return lzma.decompress(raw) if path.suffix == ".xz" else raw
+
+
+def load_fixture(path) -> dict:
+  """A golden fixture's tensors (name -> fresh numpy arrays), decompressing ``.xz`` in memory
+  (once per file and session)."""
+  from safetensors.numpy import load
+  return load(_fixture_bytes(pathlib.Path(path)))
+
+
+def _require(path: pathlib.Path, what: str) -> pathlib.Path:
   if not path.exists():
-    pytest.fail(f"{path} is missing: tests expect ../shared beside the repository", pytrace=False)
+    pytest.skip(f"{what} {path} is missing: research-only data does not ship with the "
+                f"repository; set POI_JAX_DATA to a copy (default ../shared/data)")
   return path
+
+
+def pytest_collection_modifyitems(config, items):
+  """A test that takes `data_dir` (directly or through a fixture) reads research-only data: it is
+  a `required` check, so its skip without the data fails CI instead of hiding it."""
+  for item in items:
+    if "data_dir" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("required"):
+      item.add_marker(pytest.mark.required)
 
 
 @pytest.fixture(scope="session")
 def shared_dir() -> pathlib.Path:
-  return _require(SHARED)
+  return _require(SHARED, "the shared checkout")
 
 
 @pytest.fixture(scope="session")
 def parity_dir() -> pathlib.Path:
-  return _require(PARITY)
+  """tests/fixtures/parity (in the repository)."""
+  return PARITY
+
+
+@pytest.fixture(scope="session")
+def squad_file() -> pathlib.Path:
+  """The shipped SQuAD 2.0 sample (xz): read it with the readers or `load_json`."""
+  return SQUAD
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
-  return _require(DATA)
+  """$POI_JAX_DATA (default ../shared/data): DREAM, RACE, and a copy of the SQuAD sample. Mark
+  the tests that take it `required`; they skip without it, naming the setting."""
+  return _require(DATA, "the research data directory")
 
 
 @pytest.fixture(scope="session")
@@ -64,14 +127,14 @@ def minilm_dir() -> str:
 
 
 @pytest.fixture(scope="session")
-def squad_tiny_run(tmp_path_factory, data_dir) -> pathlib.Path:
+def squad_tiny_run(tmp_path_factory) -> pathlib.Path:
   """A tiny SQuAD 2.0 POI-Net workdir trained once per session (4 steps on 48 questions of the
-  shared subset, evaluated on 24: ``predictions.json``, ``null_odds.json``, ``export/``), shared
+  shipped sample, evaluated on 24: ``predictions.json``, ``null_odds.json``, ``export/``), shared
   by the Reader and the server tests. Read it, never write into it."""
   from configs import squad2 as squad_config
   from poi_jax.train import loop
   config = squad_config.get_config("tiny")
-  squad = str(data_dir / "squad2" / "squad2-dev-subset.json")
+  squad = str(SQUAD)
   with config.unlocked():
     config.data.train_file = config.data.eval_file = squad
     config.data.max_train_examples, config.data.max_eval_examples = 48, 24

@@ -19,7 +19,7 @@ from poi_jax.data import readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import loop
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SQUAD
 
 
 def _train(config, workdir, **fields):

@@ -10,6 +10,8 @@ the byte offset, then ijson's pure-Python backend, which reports the character p
 from __future__ import annotations
 
 import codecs
+import gzip
+import lzma
 import os
 from typing import Any, Iterator
 
@@ -23,23 +25,32 @@ _CHUNK = 1 << 16
 _PARSE_BUFFER = 1 << 14
 
 
+def _open_bytes(path: str):
+  """The file's bytes, decompressed on the fly when its name ends in ``.xz`` or ``.gz`` (the
+  shipped SQuAD sample is xz); both decompressors stream, so memory still holds one buffer."""
+  opener = {".xz": lzma.open, ".gz": gzip.open}.get(os.path.splitext(path)[1], open)
+  return opener(path, "rb")
+
+
 def check_readable(path: str) -> None:
   """Raises the file-level `DataError` of a missing, unreadable or empty (blank) file now, so a
   reader fails at the call, not at the first record."""
   try:
-    with open(path, "rb") as f:
+    with _open_bytes(path) as f:
       while True:
         chunk = f.read(_CHUNK)
         if not chunk:
           raise DataError(path, None, None, "the file is empty")
         if chunk.lstrip(_BOM).strip():
           return
-  except OSError as e:
-    raise DataError(path, None, None, f"cannot read it ({e.strerror})") from None
+  except OSError as e:  # gzip's BadGzipFile is an OSError
+    raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
+  except (lzma.LZMAError, EOFError) as e:
+    raise DataError(path, None, None, f"cannot decompress it ({e})") from None
 
 
 def _open(path: str):
-  f = open(path, "rb")
+  f = _open_bytes(path)
   if f.read(len(_BOM)) != _BOM:
     f.seek(0)
   return f
@@ -172,7 +183,9 @@ def iter_array(path: str, *, key: str | None = None, what: str = "a JSON list"
   except (UnicodeDecodeError, ValueError, OverflowError, RecursionError) as e:
     raise DataError(path, f"#{n}", None, diagnose(path, f"{type(e).__name__}: {e}")) from None
   except OSError as e:
-    raise DataError(path, None, None, f"cannot read it ({e.strerror})") from None
+    raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
+  except (lzma.LZMAError, EOFError) as e:
+    raise DataError(path, f"#{n}", None, f"cannot decompress it ({e})") from None
 
 
 def _json_error(path: str) -> str | None:
@@ -183,6 +196,8 @@ def _json_error(path: str) -> str | None:
         pass
   except (ijson.JSONError, ValueError, OverflowError, RecursionError) as e:
     return diagnose(path, str(e))
+  except (OSError, lzma.LZMAError, EOFError) as e:
+    return f"cannot decompress it ({e})"
   return None
 
 
@@ -195,6 +210,7 @@ def has_key(path: str, prefix: str, key: str) -> bool:
       for p, event, value in ijson.parse(f):
         if p == prefix and event == "map_key" and value == key:
           return True
-  except (ijson.JSONError, ValueError, OSError, OverflowError, RecursionError):
+  except (ijson.JSONError, ValueError, OSError, OverflowError, RecursionError, lzma.LZMAError,
+          EOFError):
     return False
   return False

@@ -58,9 +58,9 @@ def ensure_nltk_resources() -> None:
       nltk.data.find(path)
     except LookupError:
       raise NltkResourceError(
-          f"NLTK resource {package!r} not found (searched {', '.join(nltk.data.path)}); set "
-          f"NLTK_DATA to a directory holding it (e.g. ../shared/data/nltk_data) or run "
-          f"nltk.download({package!r})") from None
+          f"NLTK resource {package!r} not found (searched {', '.join(nltk.data.path)}): run "
+          f"`python -m nltk.downloader {' '.join(p for _, p in _RESOURCES)}` (README: "
+          f"Install), or offline set NLTK_DATA to a directory holding a copy") from None
   _resources_found_in = tuple(nltk.data.path)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import numpy as np
 
@@ -26,13 +27,19 @@ class DataError(ValueError):
 
 def load_json(path: str):
   """A JSON data file, or a `DataError` naming the file and what is wrong with it: missing,
-  empty, not UTF-8 (with the byte offset), truncated or otherwise not JSON (line and column)."""
+  empty, not UTF-8 (with the byte offset), truncated or otherwise not JSON (line and column).
+  A name ending in ``.xz`` or ``.gz`` is decompressed first (the shipped SQuAD sample is xz)."""
+  import gzip
   import json
+  import lzma
+  opener = {".xz": lzma.open, ".gz": gzip.open}.get(os.path.splitext(path)[1], open)
   try:
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
       raw = f.read()
   except OSError as e:
-    raise DataError(path, None, None, f"cannot read it ({e.strerror})") from None
+    raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
+  except (lzma.LZMAError, EOFError) as e:  # gzip's BadGzipFile is an OSError
+    raise DataError(path, None, None, f"cannot decompress it ({e})") from None
   if not raw.strip():
     raise DataError(path, None, None, "the file is empty")
   try:

@@ -1,6 +1,6 @@
 """DASSA: Discourse-Aware Semantic Self-Attention (Mihaylov & Frank, EMNLP 2019, eq. 1-4), as the
 original code's ``MultiHeadSemanticFlatConcatSelfAttention`` runs it ("concat" mode,
-``../shared/parity/SPEC.md`` §4).
+``tests/fixtures/parity/SPEC.md`` §4).
 
 Each head ``h`` reads one *view*: a label id ``l[b,h,t]`` and a scope id ``s[b,h,t]`` per token.
 

@@ -33,11 +33,18 @@ def tfds_hint(config, split: str) -> str:
 
 
 def read(config, split):
+  """The split's questions; only the answerable ones with ``data.answerable_only`` (SQuAD
+  1.1-style training and scoring on a SQuAD 2.0 file)."""
   source = tfds_source(config, split)
   if source:
-    return tfds_reader.read_tfds(source, require_answers=split != "predict",
-                                 hint=tfds_hint(config, split))
-  return readers.read_squad(base.local_path(config, split), require_answers=split != "predict")
+    records = tfds_reader.read_tfds(source, require_answers=split != "predict",
+                                    hint=tfds_hint(config, split))
+  else:
+    records = readers.read_squad(base.local_path(config, split),
+                                 require_answers=split != "predict")
+  if config.data.get("answerable_only", False):
+    records = [r for r in records if not r.is_impossible]
+  return records
 
 
 def feature_options(config, is_training: bool) -> dict:

@@ -139,8 +139,9 @@ def default_output_dir(config, workdir: str, mode: str, checkpointer) -> str:
   ``model.init_from`` weights), e.g. ``eval/squad2-dev-subset-2000``."""
   source = ((config.data.predict_file or config.data.eval_file) if mode == "predict"
             else config.data.eval_file)
-  name = os.path.splitext(os.path.basename(source.rstrip("/")))[0] if not \
-      source.startswith("tfds:") else source[len("tfds:"):]
+  base_name = re.sub(r"\.(xz|gz)$", "", os.path.basename(source.rstrip("/")))  # data.json.xz
+  name = os.path.splitext(base_name)[0] if not source.startswith("tfds:") \
+      else source[len("tfds:"):]
   name = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "data"
   step = checkpointer.evaluated_step()
   return os.path.join(workdir, mode, f"{name}-{'init' if step is None else step}")

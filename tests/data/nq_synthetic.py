@@ -13,6 +13,8 @@ import gzip
 import json
 import re
 
+from poi_jax.data.records import load_json
+
 
 def _words(text: str):
   return [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", text)]
@@ -21,8 +23,7 @@ def _words(text: str):
 def page_examples(squad_path: str, *, paragraphs_per_page: int = 3, max_examples: int = 100,
                   num_annotations: int = 5, articles=None, start_id: int = 1000,
                   questions_per_paragraph: int = 2):
-  with open(squad_path) as f:
-    data = json.load(f)["data"]
+  data = load_json(str(squad_path))["data"]
   out = []
   ex_id = start_id
   for a_i, article in enumerate(data):

@@ -1,15 +1,16 @@
-"""Long articles for the QOPN tests, built from ../shared/data/squad2: the paragraphs of each
-Wikipedia article joined (blank line between them) into one article, answerable questions only,
+"""Long articles for the QOPN tests, built from the shipped SQuAD 2.0 sample: the paragraphs of
+each Wikipedia article joined (blank line between them) into one article, answerable questions only,
 answer offsets shifted by the paragraph's position. Written in NewsQA's combined JSON format and
 in NLQuAD's (SQuAD v1.1) format."""
 import json
+
+from poi_jax.data.records import load_json
 
 
 def long_articles(squad_path, *, paragraphs_per_article=None, articles=None):
   """``[(title, text, [(question, [(start, end), ...]), ...])]``; ``paragraphs_per_article``
   splits each Wikipedia article into consecutive chunks of that many paragraphs (None: all)."""
-  with open(squad_path) as f:
-    data = json.load(f)["data"]
+  data = load_json(str(squad_path))["data"]
   out = []
   for a in data[slice(*articles) if articles else slice(None)]:
     paras = a["paragraphs"]

@@ -8,6 +8,7 @@ import transformers
 from poi_jax.data import pos
 from poi_jax.data.features.extractive import build_extractive_features
 from poi_jax.data.readers import read_squad
+from poi_jax.data.records import load_json
 from poi_jax.eval.spans import decode_squad
 from poi_jax.eval.squad import squad_v2_evaluate
 from poi_jax.io import write_json_atomic
@@ -24,9 +25,9 @@ def tokenizer(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def squad(data_dir):
-  path = data_dir / "squad2" / "squad2-dev-subset.json"
-  return list(read_squad(path)), json.loads(path.read_text())["data"]
+def squad(squad_file):
+  path = squad_file
+  return list(read_squad(path)), load_json(str(path))["data"]
 
 
 def test_gold_logits_decode_to_em_f1_100_on_the_whole_subset(tokenizer, squad):

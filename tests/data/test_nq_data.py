@@ -11,11 +11,11 @@ from poi_jax.data.features import nq_windows
 from poi_jax.data.readers import nq as reader
 from poi_jax.data.records import DataError
 from poi_jax.models import encoders
-from tests.conftest import DATA
+from tests.conftest import SQUAD as _SQUAD
 from tests.data import nq_synthetic
 from tests.required_checks import import_or_skip
 
-SQUAD = str(DATA / "squad2" / "squad2-dev-subset.json")
+SQUAD = str(_SQUAD)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,10 @@ import collections
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
 
 from poi_jax.data.features import nq_graph as builder
 from poi_jax import graph_layout as g
-from tests.conftest import fixture_id, parity_fixtures
+from tests.conftest import fixture_id, load_fixture, parity_fixtures
 
 FIXTURES = parity_fixtures("nq_graph_encoder")
 
@@ -55,7 +54,7 @@ def test_the_public_fixture_is_found():
 
 @pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
 def test_fixture_layouts_reproduce_the_fixture_edges_and_masks(path):
-  fx = load_file(path)
+  fx = load_fixture(path)
   layout = fixture_layout(fx)
   for b in range(fx["input.st_mask"].shape[0]):
     sent, para = token_ids(fx, b, layout)
@@ -71,7 +70,7 @@ def test_fixture_layouts_reproduce_the_fixture_edges_and_masks(path):
 def test_public_fixture_layouts_are_the_spec_windows():
   """The layouts read from the public fixture are parity/SPEC.md §3's two windows (question
   sub-tokens, per paragraph its sentences' lengths), so `token_ids` reads what it should."""
-  fx = load_file(next(p for p in FIXTURES if fixture_id(p) == "nq_graph_encoder.public"))
+  fx = load_fixture(next(p for p in FIXTURES if fixture_id(p) == "nq_graph_encoder.public"))
   layout = fixture_layout(fx)
   for b, (q, paras) in enumerate([(4, [[5, 4], [6], [3, 2, 4]]), (7, [[70, 3], [1], [9, 12]])]):
     want = builder.window_layout(q, paras)

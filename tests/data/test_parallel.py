@@ -34,8 +34,8 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("alignment", ["offsets", "original"])
-def test_extractive_two_workers_equal_in_process(tokenizer, data_dir, alignment):
-  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:60]
+def test_extractive_two_workers_equal_in_process(tokenizer, squad_file, alignment):
+  examples = list(read_squad(squad_file))[:60]
   opts = dict(max_seq_length=64, doc_stride=24, max_query_length=16, is_training=True,
               with_pos=True, pos_alignment=alignment)
   single = extractive.build_extractive_features(examples, tokenizer, **opts)
@@ -49,8 +49,8 @@ def test_extractive_two_workers_equal_in_process(tokenizer, data_dir, alignment)
   assert (np.diff(multi.arrays["example_index"]) >= 0).all()
 
 
-def test_in_process_chunks_equal_one_call(tokenizer, data_dir):
-  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:30]
+def test_in_process_chunks_equal_one_call(tokenizer, squad_file):
+  examples = list(read_squad(squad_file))[:30]
   opts = dict(max_seq_length=64, doc_stride=24, max_query_length=16, is_training=False,
               with_pos=False)
   single = extractive.build_extractive_features(examples, tokenizer, **opts)

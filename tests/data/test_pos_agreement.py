@@ -48,8 +48,8 @@ def test_a_rewritten_quote_stalls_the_original_for_good(tokenizer):
   assert set(res.by_cause) == {"quote"} and res.disagree >= 4
 
 
-def test_squad_agreement_runs_and_adds_up(tokenizer, data_dir):
-  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:40]
+def test_squad_agreement_runs_and_adds_up(tokenizer, squad_file):
+  examples = list(read_squad(squad_file))[:40]
   res = squad_agreement(examples, tokenizer)
   assert res["question"].sequences == 40
   assert res["context"].sequences == len({e.context for e in examples})
@@ -61,8 +61,8 @@ def test_squad_agreement_runs_and_adds_up(tokenizer, data_dir):
   assert "in_current_word" in total.table()
 
 
-def test_original_features_cut_the_whole_sequence_tags_into_windows(tokenizer, data_dir):
-  examples = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))[:25]
+def test_original_features_cut_the_whole_sequence_tags_into_windows(tokenizer, squad_file):
+  examples = list(read_squad(squad_file))[:25]
   f = build_extractive_features(examples, tokenizer, max_seq_length=64, doc_stride=24,
                                 max_query_length=16, is_training=False, with_pos=True,
                                 pos_alignment="original", pos_lowercase=True)

@@ -1,4 +1,5 @@
-"""Readers load ../shared/data with the counts its README gives, and reject bad records."""
+"""Readers load the shipped SQuAD sample and $POI_JAX_DATA (../shared/data: DREAM, RACE) with the
+counts their READMEs give, and reject bad records."""
 import json
 
 import pytest
@@ -7,8 +8,8 @@ from poi_jax.data.readers import read_dream, read_race, read_squad
 from poi_jax.data.records import DataError
 
 
-def test_squad2_subset_counts(data_dir):
-  ex = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))
+def test_squad2_subset_counts(squad_file):
+  ex = list(read_squad(squad_file))
   assert len(ex) == 4449
   assert sum(e.is_impossible for e in ex) == 2342
   assert len({e.title for e in ex}) == 12

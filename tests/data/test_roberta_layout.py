@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from poi_jax.data import pos
 from poi_jax.data.features.extractive import build_extractive_features
 from poi_jax.data.features.multiple_choice import build_choice_features
+from poi_jax.data.records import load_json
 from poi_jax.data.readers import read_dream, read_squad
 from poi_jax.eval.spans import decode_squad
 from poi_jax.eval.squad import squad_v2_evaluate
@@ -35,9 +36,9 @@ def _roberta_tokenizer(texts, trim_offsets: bool):
 
 
 @pytest.fixture(scope="module")
-def squad(data_dir):
-  path = data_dir / "squad2" / "squad2-dev-subset.json"
-  return list(read_squad(path)), json.loads(path.read_text())["data"]
+def squad(squad_file):
+  path = squad_file
+  return list(read_squad(path)), load_json(str(path))["data"]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["trim_offsets", "untrimmed_offsets"])

@@ -33,8 +33,8 @@ def _roberta_tokenizer(texts):
 
 
 @pytest.fixture(scope="module")
-def articles(data_dir):
-  return qopn_fixtures.long_articles(data_dir / "squad2" / "squad2-dev-subset.json",
+def articles(squad_file):
+  return qopn_fixtures.long_articles(squad_file,
                                      paragraphs_per_article=4, articles=(0, 2))
 
 

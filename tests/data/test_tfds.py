@@ -126,14 +126,14 @@ def _rows(records):
            "plausible_answers": answers(r.plausible_answers)} for r in records]
 
 
-def test_the_default_job_scores_a_tfds_eval_split(tfds, tmp_path, data_dir):
+def test_the_default_job_scores_a_tfds_eval_split(tfds, tmp_path, squad_file):
   """configs/squad2.py evaluates on tfds:squad/v2.0:validation: the engine scores it (the
   official metric's gold structure is built from the records) and writes the gold file."""
   from configs import squad2
   from poi_jax.data.readers import read_squad
   from poi_jax.eval import squad as squad_metrics
   from poi_jax.train import loop
-  records = list(read_squad(data_dir / "squad2" / "squad2-dev-subset.json"))
+  records = list(read_squad(squad_file))
   splits = {"train": _rows(records[:32]), "validation": _rows(records[300:330])}
   c = squad2.get_config("tiny")
   with c.unlocked():

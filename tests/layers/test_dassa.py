@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from safetensors.numpy import load_file
 
 from poi_jax.layers import dassa
-from tests.conftest import fixture_id, parity_fixtures
+from tests.conftest import fixture_id, load_fixture, parity_fixtures
 from tests.reference import dassa_torch
 
 FIXTURES = parity_fixtures("dassa_attention")
@@ -31,7 +30,7 @@ def test_the_public_fixture_is_found(parity_dir):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
 def test_released_mode_reproduces_the_fixture(path):
-  fx = load_file(path)
+  fx = load_fixture(path)
   cfg = {k.split(".", 1)[1]: int(v) for k, v in fx.items() if k.startswith("config.")}
   layer = _layer(cfg["input_dim"], cfg["num_heads"], cfg["attention_dim"], cfg["values_dim"],
                  cfg["semantic_emb_dim"], cfg["num_semantic_labels"])
@@ -50,7 +49,7 @@ def test_released_mode_reproduces_the_fixture(path):
 def test_fixture_covers_uniform_rows_and_attended_padding(path):
   """The fixture's documented edge cases are where the code says they are: scope-0 query rows
   are uniform over all T, and a constant-scope head attends the padding (released mode)."""
-  fx = load_file(path)
+  fx = load_fixture(path)
   scopes, p = fx["input.semantic_views_sent_mask"], fx["intermediate.attention"]
   t = scopes.shape[-1]
   rows = np.argwhere(scopes == 0)

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from safetensors.numpy import load_file
 
 from poi_jax.layers import duma
-from tests.conftest import fixture_id, parity_fixtures
+from tests.conftest import fixture_id, load_fixture, parity_fixtures
 from tests.reference import duma_torch
 
 FIXTURES = parity_fixtures("duma_coattention")
@@ -25,7 +24,7 @@ def test_the_public_fixture_is_found():
 
 @pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
 def test_released_reproduces_the_fixture(path):
-  fx = load_file(path)
+  fx = load_fixture(path)
   h = jnp.asarray(fx["input.sequence_output"])
   n, length, dim = h.shape
   heads = int(fx["config.num_attention_heads"])

@@ -1,32 +1,29 @@
 """POI-Net co-attention: released variant vs the golden fixtures of the original code, paper
 variant vs an independent PyTorch reference."""
-import glob
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from safetensors.numpy import load_file
 
 from poi_jax.layers import poi_coattention as poi
-from tests.conftest import PARITY
+from tests.conftest import fixture_id, load_fixture, parity_fixtures
 from tests.reference import poi_torch
 
-FIXTURES = sorted(glob.glob(str(PARITY / "poi_coattention_*.safetensors")))
+FIXTURES = parity_fixtures("poi_coattention_")
 
 
 def test_both_public_fixtures_are_found():
-  names = {os.path.basename(f).split(".")[0] for f in FIXTURES}
+  names = {fixture_id(f).split(".")[0] for f in FIXTURES}
   assert {"poi_coattention_released", "poi_coattention_edge"} <= names
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p).split(".")[0])
+@pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
 def test_released_reproduces_every_fixture_tensor(path):
   """nan_guard off = the released computation bit for bit; every intermediate and output to
   1e-5. All sizes come from the file."""
-  fx = load_file(path)
+  fx = load_fixture(path)
   h = jnp.asarray(fx["input.sequence_output"])
   cs, ce = jnp.asarray(fx["input.con_start"]), jnp.asarray(fx["input.con_end"])
   s, att, inter = poi.released_coattention(h, cs, ce, nan_guard=False)

@@ -11,12 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from safetensors.numpy import load_file
 
 from poi_jax import graph_layout
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph
-from tests.conftest import fixture_id, parity_fixtures
+from tests.conftest import fixture_id, load_fixture, parity_fixtures
 
 FIXTURES = parity_fixtures("nq_graph_encoder")
 each_fixture = pytest.mark.parametrize("path", FIXTURES, ids=fixture_id)
@@ -89,7 +88,7 @@ def run(model, fx, edges=None):
 @each_fixture
 @pytest.mark.parametrize("formulation", g.FORMULATIONS)
 def test_every_output_tensor_matches_the_fixture(path, formulation):
-  fx = load_file(path)
+  fx = load_fixture(path)
   got = run(build(fx, formulation, str(path)), fx)
   expected = {k: v for k, v in fx.items() if k.startswith("output.")}
   assert set(expected) <= set(got), sorted(set(expected) - set(got))
@@ -100,7 +99,7 @@ def test_every_output_tensor_matches_the_fixture(path, formulation):
 
 @each_fixture
 def test_edge_order_does_not_change_outputs(path):
-  fx = load_file(path)
+  fx = load_fixture(path)
   edges = local_edges(fx)
   rng = np.random.default_rng(0)
   perm = {k: v.copy() for k, v in edges.items()}
@@ -116,7 +115,7 @@ def test_edge_order_does_not_change_outputs(path):
 
 @each_fixture
 def test_relative_index_tables_match_the_fixture(path):
-  fx = load_file(path)
+  fx = load_fixture(path)
   for level in ("token", "sentence", "paragraph"):
     ind = fx[f"encoder.layer.0.attention.{level}_attention.indices"]
     r = int(fx[f"config.max_{level}_relative"])
@@ -124,7 +123,7 @@ def test_relative_index_tables_match_the_fixture(path):
 
 
 def test_a_wrongly_shaped_tensor_is_named():
-  fx = load_file(FIXTURES[0])
+  fx = load_fixture(FIXTURES[0])
   model = nq_graph.NqGraphModel(None, graph_config(fx), rngs=nnx.Rngs(0))
   bad = {"tok_dense.weight": np.zeros((3, 3), np.float32)}
   with pytest.raises(ValueError, match="tok_dense.weight"):

@@ -1,5 +1,5 @@
 """PyTorch reference of DASSA attention written from `../shared/specs/dassa.md` §3.1 and
-`../shared/parity/SPEC.md` §4 (test-only; never imported by poi_jax).
+`tests/fixtures/parity/SPEC.md` §4 (test-only; never imported by poi_jax).
 
 Literal transcription of the formulas: the ``(D+E)`` concatenation is materialised per head, the
 scope mask is built by comparing scope ids, and the masked softmax fills with -1e32 (or -inf, to

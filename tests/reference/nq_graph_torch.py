@@ -1,5 +1,5 @@
 """PyTorch reference of the NQ graph encoder + heads, written from the equations of
-``../shared/specs/nq_graph.md`` §1.1 and ``../shared/parity/SPEC.md`` §3 (test-only).
+``../shared/specs/nq_graph.md`` §1.1 and ``tests/fixtures/parity/SPEC.md`` §3 (test-only).
 
 Deliberately computed differently from `poi_jax.layers.graph`: relative embeddings gathered
 into ``(n, n, d)`` tables, the integration softmax as the original's raw ``exp`` normalised with

@@ -36,8 +36,8 @@ def _run(tmp_path, nqa_dir, heads, *, max_steps=-1):
 
 
 @pytest.mark.slow
-def test_dassa_heads_on_vs_off(tmp_path, data_dir):
-  nqa_dir = write_narrativeqa(data_dir / "squad2" / "squad2-dev-subset.json", tmp_path / "data",
+def test_dassa_heads_on_vs_off(tmp_path, squad_file):
+  nqa_dir = write_narrativeqa(squad_file, tmp_path / "data",
                               train_docs=200, valid_docs=40)
   scores = {heads: _run(tmp_path, nqa_dir, heads) for heads in ("offline", "baseline")}
   untrained = _run(tmp_path, nqa_dir, "baseline", max_steps=1)

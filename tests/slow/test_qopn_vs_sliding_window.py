@@ -1,5 +1,5 @@
 """Slow suite: all-MiniLM-L6-v2 QOPN vs the same encoder with a sliding window and no reasoning
-blocks, on long articles built from ../shared/data/squad2, evaluated on held-out articles.
+blocks, on long articles built from the shipped SQuAD 2.0 sample, evaluated on held-out articles.
 
 Articles: consecutive chunks of 6 paragraphs of each Wikipedia article (about 800 words, NewsQA's
 616 words on average being the target regime), answerable questions only, offsets shifted. Train:
@@ -46,8 +46,8 @@ def _run(workdir, config, *overrides):
   return json.loads((pathlib.Path(workdir) / "eval_results.json").read_text())
 
 
-def test_minilm_qopn_beats_the_sliding_window_baseline(tmp_path, data_dir):
-  squad = data_dir / "squad2" / "squad2-dev-subset.json"
+def test_minilm_qopn_beats_the_sliding_window_baseline(tmp_path, squad_file):
+  squad = squad_file
   train = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(0, 9))
   held_out = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(9, 12))
   files = dict(

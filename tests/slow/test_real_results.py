@@ -21,6 +21,8 @@ from collections import Counter
 
 import pytest
 
+from poi_jax.data.records import load_json
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 # One evaluation at the end, no intermediate checkpoints, no HuggingFace export: the score is
@@ -37,8 +39,8 @@ def _run(workdir, config, *overrides):
   return json.loads((pathlib.Path(workdir) / "eval_results.json").read_text())
 
 
-def test_minilm_poi_net_squad2_beats_all_no_answer(tmp_path, data_dir):
-  data = json.loads((data_dir / "squad2" / "squad2-dev-subset.json").read_text())
+def test_minilm_poi_net_squad2_beats_all_no_answer(tmp_path, squad_file):
+  data = load_json(str(squad_file))
   for name, articles in (("train", data["data"][:9]), ("eval", data["data"][9:])):
     (tmp_path / f"{name}.json").write_text(json.dumps({"version": "v2.0", "data": articles}))
   res = _run(tmp_path / "run", "configs/squad2.py:minilm",

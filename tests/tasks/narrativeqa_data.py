@@ -4,15 +4,16 @@ gold answers the two free-form answers. Test helper."""
 from __future__ import annotations
 
 import csv
-import json
 import pathlib
+
+from poi_jax.data.records import load_json
 
 
 def write_narrativeqa(squad_path, out_dir, *, train_docs: int, valid_docs: int,
                       max_questions: int = 6) -> pathlib.Path:
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  data = json.loads(pathlib.Path(squad_path).read_text())["data"]
+  data = load_json(str(squad_path))["data"]
   summaries, qaps = [], []
   n = 0
   for article in data:

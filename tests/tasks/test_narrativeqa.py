@@ -17,8 +17,8 @@ from tests.tasks.narrativeqa_data import write_narrativeqa
 
 
 @pytest.fixture(scope="module")
-def nqa_dir(tmp_path_factory, data_dir):
-  return write_narrativeqa(data_dir / "squad2" / "squad2-dev-subset.json",
+def nqa_dir(tmp_path_factory, squad_file):
+  return write_narrativeqa(squad_file,
                            tmp_path_factory.mktemp("nqa"), train_docs=10, valid_docs=3)
 
 

@@ -1,4 +1,4 @@
-"""NQ offline end to end: synthetic NQ-format pages from ../shared/data/squad2 train
+"""NQ offline end to end: synthetic NQ-format pages from the shipped SQuAD 2.0 sample; train
 ``configs/nq.py:tiny`` for a few steps through the engine, then decode + official metrics."""
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from configs import nq as nq_config
 from poi_jax.tasks import get_task
 from poi_jax.train import loop
-from tests.conftest import DATA
+from tests.conftest import SQUAD as _SQUAD
 from tests.data import nq_synthetic
 from tests.required_checks import import_or_skip
 
-SQUAD = str(DATA / "squad2" / "squad2-dev-subset.json")
+SQUAD = str(_SQUAD)
 
 
 def write_pages(tmp_path, *, train_articles, eval_articles, n_train, n_eval):

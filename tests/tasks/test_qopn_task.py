@@ -1,6 +1,6 @@
-"""QOPN tasks offline: long articles built from ../shared/data/squad2 (all paragraphs of each
-article, answerable questions, offsets shifted), trained with configs/newsqa.py:tiny through the
-engine; NLQuAD scoring (EM/F1/IoU) of gold spans; config errors."""
+"""QOPN tasks offline: long articles built from the shipped SQuAD 2.0 sample (all paragraphs of
+each article, answerable questions, offsets shifted), trained with configs/newsqa.py:tiny through
+the engine; NLQuAD scoring (EM/F1/IoU) of gold spans; config errors."""
 from __future__ import annotations
 
 import json
@@ -16,8 +16,8 @@ from tests.data import qopn_fixtures
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, data_dir):
-  squad = data_dir / "squad2" / "squad2-dev-subset.json"
+def files(tmp_path_factory, squad_file):
+  squad = squad_file
   out = tmp_path_factory.mktemp("qopn")
   # Whole Wikipedia articles are far longer than 6 tiny segments: the tiny run uses chunks of 3
   # consecutive paragraphs (one "article" each), training and evaluation on different articles.

@@ -1,19 +1,19 @@
 """SQuAD scoring from the records (issue 17): the gold structure the official metric needs is
 built from the evaluated records, so TFDS sources and capped files are scored like whole local
 files."""
-import json
 
 import pytest
 
 from poi_jax.data.readers import read_squad
+from poi_jax.data.records import load_json
 from poi_jax.eval import squad as squad_metrics
 from poi_jax.tasks import squad as squad_task
 
 
-def test_gold_from_records_scores_like_the_file(data_dir):
-  path = data_dir / "squad2" / "squad2-dev-subset.json"
+def test_gold_from_records_scores_like_the_file(squad_file):
+  path = squad_file
   records = list(read_squad(path))[100:400]
-  dataset = json.loads(path.read_text())["data"]
+  dataset = load_json(str(path))["data"]
   # Predictions that are right, wrong and empty in turn; null odds that vary.
   preds, odds = {}, {}
   for i, r in enumerate(records):

@@ -5,9 +5,8 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data"
-SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
+from poi_jax.data.records import load_json
+from tests.conftest import ROOT, SQUAD  # the SQuAD 2.0 sample shipped in the package
 
 
 def tiny_args(workdir, *extra):
@@ -18,7 +17,8 @@ def tiny_args(workdir, *extra):
 
 
 def env(devices: int = 1) -> dict:
-  return dict(os.environ, JAX_PLATFORMS="cpu", NLTK_DATA=str(DATA / "nltk_data"),
+  # NLTK_DATA: inherited (tests/conftest.py sets it when an offline copy is beside the repo).
+  return dict(os.environ, JAX_PLATFORMS="cpu",
               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
               PYTHONPATH=str(ROOT))
 
@@ -46,7 +46,7 @@ def losses(workdir) -> dict[int, float]:
 
 def unlabelled_squad(path) -> pathlib.Path:
   """The SQuAD subset without answers (what --mode=predict reads), written to ``path``."""
-  data = json.loads(SQUAD.read_text())
+  data = load_json(str(SQUAD))
   for article in data["data"]:
     for para in article["paragraphs"]:
       for qa in para["qas"]:
