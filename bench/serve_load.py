@@ -39,7 +39,7 @@ _QUESTIONS = flags.DEFINE_integer("questions", 200, "Distinct questions cycled t
 
 def _questions(n: int) -> list[dict]:
   from poi_jax.data import readers
-  records = readers.read_squad(str(SQUAD))[:n]
+  records = list(readers.read_squad(str(SQUAD)))[:n]
   return [{"question": r.question, "context": r.context} for r in records]
 
 

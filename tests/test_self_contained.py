@@ -90,7 +90,7 @@ def test_the_squad_sample_is_package_data_with_its_licence():
               and getattr(n.func, "id", "") == "setup")
   package_data = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "package_data"))
   assert set(package_data["poi_jax.sample_data"]) == {SQUAD.name, "NOTICE"}
-  records = read_squad(SQUAD)
+  records = list(read_squad(SQUAD))
   per_article = [(t, n) for t, n, _ in sample_data.SQUAD2_ARTICLES]
   assert len(records) == sum(n for _, n in per_article) == 4449
   assert sum(not r.is_impossible for r in records) == sum(

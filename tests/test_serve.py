@@ -79,7 +79,7 @@ def server(squad_tiny_run, httpx):
 @pytest.fixture(scope="module")
 def records(squad_tiny_run):
   d = json.loads((squad_tiny_run / "config.json").read_text())["data"]
-  return tasks.cap(readers.read_squad(d["eval_file"]), d["max_eval_examples"],
+  return tasks.cap(list(readers.read_squad(d["eval_file"])), d["max_eval_examples"],
                    d.get("skip_eval_examples", 0))
 
 

@@ -33,10 +33,10 @@ import pytest
 
 from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad
 from poi_jax.data.records import (ChoiceExample, DataError, NarrativeExample, NqExample,
-                                  SquadExample)
+                                  SquadExample, load_json)
+from tests.conftest import SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 
-SQUAD_SUBSET = ("squad2", "squad2-dev-subset.json")
 DEFAULT_MUTATIONS = 100
 SLOW_MUTATIONS = 1000
 # Wrong-typed values: every JSON type, plus the edge values of each.
@@ -61,7 +61,7 @@ class Format:
 
 
 def _squad_subset(data_dir) -> dict:
-  return json.loads((data_dir.joinpath(*SQUAD_SUBSET)).read_text())
+  return load_json(str(SQUAD))
 
 
 def _json_write(name: str) -> Callable:
@@ -146,7 +146,7 @@ def _race_format(data_dir) -> Format:
 
 
 def _nq_pages(data_dir) -> list[dict]:
-  return nq_synthetic.page_examples(str(data_dir.joinpath(*SQUAD_SUBSET)), max_examples=2,
+  return nq_synthetic.page_examples(str(SQUAD), max_examples=2,
                                     paragraphs_per_page=1, num_annotations=2)
 
 
@@ -181,7 +181,7 @@ def _nq_formats(data_dir) -> list[Format]:
 
 
 def _qopn_formats(data_dir, tmp: pathlib.Path) -> list[Format]:
-  articles = qopn_fixtures.long_articles(str(data_dir.joinpath(*SQUAD_SUBSET)),
+  articles = qopn_fixtures.long_articles(str(SQUAD),
                                          paragraphs_per_article=1, articles=(0, 1))[:2]
   articles = [(t, text, qas[:3]) for t, text, qas in articles]
   news = json.loads(pathlib.Path(qopn_fixtures.write_newsqa(tmp / "n.json", articles)).read_text())

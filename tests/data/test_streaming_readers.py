@@ -14,14 +14,14 @@ import tracemalloc
 import pytest
 
 from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad, tfds
-from poi_jax.data.records import DataError
+from poi_jax.data.records import DataError, load_json
+from tests.conftest import SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 
-SQUAD_SUBSET = ("squad2", "squad2-dev-subset.json")
 
 
-def _squad(data_dir) -> dict:
-  return json.loads(data_dir.joinpath(*SQUAD_SUBSET).read_text())
+def _squad() -> dict:
+  return load_json(str(SQUAD))
 
 
 def _first_then_error(records, *patterns: str):
@@ -36,8 +36,8 @@ def _first_then_error(records, *patterns: str):
   return first
 
 
-def _two_articles(data_dir):
-  data = _squad(data_dir)
+def _two_articles():
+  data = _squad()
   good, bad = copy.deepcopy(data["data"][0]), copy.deepcopy(data["data"][1])
   good["paragraphs"], bad["paragraphs"] = good["paragraphs"][:1], bad["paragraphs"][:1]
   qa = next(q for q in bad["paragraphs"][0]["qas"] if q["answers"])
@@ -46,8 +46,8 @@ def _two_articles(data_dir):
   return {"version": "v2.0", "data": [good, bad]}, qa["id"]
 
 
-def test_squad_streams_and_fails_at_the_bad_question(data_dir, tmp_path):
-  doc, bad_id = _two_articles(data_dir)
+def test_squad_streams_and_fails_at_the_bad_question(tmp_path):
+  doc, bad_id = _two_articles()
   path = tmp_path / "s.json"
   path.write_text(json.dumps(doc))
   first = _first_then_error(squad.read_squad(path), str(path), f"record '{bad_id}'",
@@ -55,8 +55,8 @@ def test_squad_streams_and_fails_at_the_bad_question(data_dir, tmp_path):
   assert first.qid == doc["data"][0]["paragraphs"][0]["qas"][0]["id"]
 
 
-def test_nlquad_streams_and_fails_at_the_bad_question(data_dir, tmp_path):
-  doc, bad_id = _two_articles(data_dir)
+def test_nlquad_streams_and_fails_at_the_bad_question(tmp_path):
+  doc, bad_id = _two_articles()
   for a in doc["data"][0]["paragraphs"][0]["qas"]:
     a.pop("is_impossible", None)
   doc["data"][0]["paragraphs"][0]["qas"] = [
@@ -66,9 +66,9 @@ def test_nlquad_streams_and_fails_at_the_bad_question(data_dir, tmp_path):
   _first_then_error(nlquad.read_nlquad(path), str(path), f"record '{bad_id}'", "answer_start")
 
 
-def test_a_truncated_document_yields_its_first_article_first(data_dir, tmp_path):
+def test_a_truncated_document_yields_its_first_article_first(tmp_path):
   """Incremental parsing: the whole document is not parsed before the first record."""
-  doc, _ = _two_articles(data_dir)
+  doc, _ = _two_articles()
   text = json.dumps(doc)
   path = tmp_path / "cut.json"
   path.write_text(text[:text.index(doc["data"][1]["title"]) + 5])
@@ -76,8 +76,8 @@ def test_a_truncated_document_yields_its_first_article_first(data_dir, tmp_path)
                     "truncated (it ends early) at line 1")
 
 
-def test_newsqa_streams_and_fails_at_the_bad_question(data_dir, tmp_path):
-  articles = qopn_fixtures.long_articles(str(data_dir.joinpath(*SQUAD_SUBSET)),
+def test_newsqa_streams_and_fails_at_the_bad_question(tmp_path):
+  articles = qopn_fixtures.long_articles(str(SQUAD),
                                          paragraphs_per_article=1, articles=(0, 1))[:2]
   path = tmp_path / "news.json"
   qopn_fixtures.write_newsqa(path, articles)
@@ -112,10 +112,10 @@ def test_race_streams_one_file_at_a_time(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("gz", [True, False], ids=["full-gz", "simplified"])
-def test_nq_streams_line_by_line(data_dir, tmp_path, gz):
+def test_nq_streams_line_by_line(tmp_path, gz):
   # A JSON round trip: the writer's two questions of one page share their candidate lists.
   pages = json.loads(json.dumps(nq_synthetic.page_examples(
-      str(data_dir.joinpath(*SQUAD_SUBSET)), max_examples=2)))
+      str(SQUAD), max_examples=2)))
   if not gz:  # the simplified format: document_text
     for p in pages:
       p["document_text"] = " ".join(t["token"] for t in p.pop("document_tokens"))
@@ -127,8 +127,8 @@ def test_nq_streams_line_by_line(data_dir, tmp_path, gz):
                     "field 'long_answer_candidates[0]'")
 
 
-def test_nq_truncated_gzip_is_a_data_error_at_its_line(data_dir, tmp_path):
-  pages = nq_synthetic.page_examples(str(data_dir.joinpath(*SQUAD_SUBSET)), max_examples=3)
+def test_nq_truncated_gzip_is_a_data_error_at_its_line(tmp_path):
+  pages = nq_synthetic.page_examples(str(SQUAD), max_examples=3)
   raw = gzip.compress("".join(json.dumps(p) + "\n" for p in pages).encode())
   path = tmp_path / "cut.jsonl.gz"
   path.write_bytes(raw[:len(raw) * 2 // 3])
@@ -197,8 +197,8 @@ def _peak_while_streaming(records) -> tuple[int, int]:
     tracemalloc.stop()
 
 
-def test_nq_streaming_memory_stays_far_below_the_file(data_dir, tmp_path):
-  pages = nq_synthetic.page_examples(str(data_dir.joinpath(*SQUAD_SUBSET)), max_examples=4,
+def test_nq_streaming_memory_stays_far_below_the_file(tmp_path):
+  pages = nq_synthetic.page_examples(str(SQUAD), max_examples=4,
                                      num_annotations=1)
   path = tmp_path / "big.jsonl"
   with open(path, "w") as f:
@@ -212,10 +212,10 @@ def test_nq_streaming_memory_stays_far_below_the_file(data_dir, tmp_path):
   assert peak < size / 10, (peak, size)
 
 
-def test_squad_streaming_memory_is_flat(data_dir, tmp_path):
+def test_squad_streaming_memory_is_flat(tmp_path):
   """Streaming a document 4x larger peaks at the same memory (one article and the events of one
   parser buffer), below the size of the file."""
-  data = _squad(data_dir)["data"]
+  data = _squad()["data"]
   small = [dict(a, paragraphs=a["paragraphs"][:4]) for a in data]
   peaks, sizes = [], []
   for reps in (1, 4):
