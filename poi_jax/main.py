@@ -27,7 +27,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poi_jax import config_checks, tasks
+from poi_jax import config_checks, runtime, tasks
 from poi_jax.data.pos import NltkResourceError
 from poi_jax.io import write_json_atomic
 from poi_jax.models import encoders
@@ -100,6 +100,8 @@ def main(argv):
     # Every value and the workdir are checked before anything is read, built or written.
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
+    # Before the backend starts: the compilation cache, CPU memory reuse, CPU XLA flags.
+    runtime.configure(config.get("runtime"))
     init_distributed()
     describe(config, workdir, write_config=mode == "describe")
     if mode != "describe":
