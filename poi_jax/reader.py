@@ -194,9 +194,10 @@ class Reader:
     ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ; ``batch_size``: default the config's
     ``train.eval_batch_size``."""
     path = os.fspath(path)
-    # The compilation cache (a second Reader of the same model compiles nothing) and CPU memory
-    # reuse, before the model is built (poi_jax/runtime.py; a run's own settings where it has).
-    runtime.configure(_saved_runtime(path))
+    # The compilation cache (a second Reader of the same model compiles nothing), before the
+    # model is built (poi_jax/runtime.py; the run's own cache setting where it has one). glibc's
+    # malloc keeps its defaults: a long-lived server's memory stays flat (runtime.py).
+    runtime.configure({**(_saved_runtime(path) or {}), "cpu_malloc": "system"})
     if batch_size is not None and batch_size <= 0:
       raise ValueError(f"batch_size={batch_size} must be positive")
     if _is_export(path):

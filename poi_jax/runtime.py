@@ -10,14 +10,18 @@ A library user who builds the engine's pieces directly calls it once, first thin
   when set, else ``$XDG_CACHE_HOME/poi_jax/jax`` (``~/.cache/poi_jax/jax``); ``"none"``: off; any
   other value: that directory. Every program is cached, however small or quick to compile
   (JAX's own default skips programs that compile in under a second: most of the engine's).
-* ``cpu_malloc``: ``"reuse"`` (default) keeps freed memory in the process (glibc only): XLA's CPU
-  runtime allocates each step's temporaries (about 1 GB for the MiniLM step, 8 x 256) afresh, and
-  glibc serves allocations that large with a new ``mmap`` every time, so every step first-touches
-  a gigabyte of new pages: ~265,000 page faults a step, about a third of the CPU step's time
+* ``cpu_malloc``: ``"reuse"`` (default for training and the benchmarks) keeps freed memory in the
+  process (glibc only). XLA's CPU runtime allocates each step's temporaries (about 1 GB for the
+  MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large with a new ``mmap``
+  every time, so every step first-touches a gigabyte of new pages: ~265,000 page faults a step
   (docs/results.md). ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
-  trimming: the second step reuses the first one's pages (0 faults), at the price of keeping the
-  process's peak memory. It must run before XLA's threads first allocate, i.e. before the backend
-  starts. ``"system"``: glibc's defaults.
+  trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on). The
+  price: the process keeps its peak heap (resident memory 3.2-4.3 GB against 2.3 GB for that
+  step), and a program that drops a large *result* every call can fragment the heap and grow;
+  so `poi_jax.reader.Reader` (a long-lived server) keeps ``"system"``. It must run before XLA's
+  threads first allocate, i.e. before the backend starts. ``"system"``: glibc's defaults. (glibc's
+  ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, is another remedy: 2 MiB
+  pages, 600 faults a step, no retained memory.)
 * ``xla_cpu_flags``: XLA flags added to ``$XLA_FLAGS`` for CPU-only runs (``JAX_PLATFORMS=cpu``
   or no accelerator found), before the backend starts; a flag already in ``$XLA_FLAGS`` wins.
 
@@ -97,7 +101,8 @@ def reuse_freed_memory() -> bool:
              for param, value in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)))
 
 
-def _cpu_only() -> bool:
+def cpu_only() -> bool:
+  """Whether this process will run on the CPU only (decided without starting the backend)."""
   platforms = os.environ.get("JAX_PLATFORMS", "")
   if platforms:
     return platforms.split(",")[0].strip() == "cpu"
@@ -133,7 +138,7 @@ def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[s
       _applied["cpu_malloc"] = "reuse" if reuse_freed_memory() else "system (not glibc)"
     else:
       _applied["cpu_malloc"] = "system"
-    if settings.xla_cpu_flags and _cpu_only():
+    if settings.xla_cpu_flags and cpu_only():
       _applied["xla_flags"] = add_xla_flags(settings.xla_cpu_flags)
   directory = resolve_cache_dir(settings.compilation_cache_dir)
   enable_compilation_cache(directory)
