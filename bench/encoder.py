@@ -11,7 +11,9 @@ also in bfloat16 compute (float32 parameters).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -95,9 +97,24 @@ def main():
   ap.add_argument("--steps", type=int, default=5)
   ap.add_argument("--models", default="bert-base,albert-base")
   ap.add_argument("--scan", action="store_true", help="JAX: run the layer stack with scan")
+  # The engine's runtime settings (poi_jax/runtime.py): JAX runs in a child process that applies
+  # them before its backend starts; PyTorch runs here, with glibc's malloc defaults.
+  ap.add_argument("--cpu_malloc", default="reuse", choices=["reuse", "system"])
+  ap.add_argument("--xla_cpu_flags", default=None,
+                  help="default: the engine's runtime.xla_cpu_flags")
+  ap.add_argument("--compare_runtime", action="store_true",
+                  help="also JAX with glibc's malloc defaults and no XLA CPU flags")
+  ap.add_argument("--child", default="", help=argparse.SUPPRESS)
   args = ap.parse_args()
+  if args.child:  # one JAX measurement: --child=<model>,<dtype>
+    from poi_jax import runtime
+    runtime.configure(dict(cpu_malloc=args.cpu_malloc, **(
+        {} if args.xla_cpu_flags is None else {"xla_cpu_flags": args.xla_cpu_flags})))
+    name, dtype = args.child.split(",")
+    ids, mask = _inputs(SHAPES[name], args)
+    print(json.dumps(bench_jax(SHAPES[name], ids, mask, args.steps, dtype, args.scan)))
+    return
   platform = jax.devices()[0].platform
-  rng = np.random.default_rng(0)
   print(f"# {' '.join(sys.argv)}  (jax on {platform}, batch {args.batch} x {args.seq}, "
         f"{args.steps} timed steps after one warm-up)")
   header = (f"{'model':<12} {'pass':<9} {'dtype':<9} {'jax ex/s':>10} {'torch ex/s':>11} "
@@ -106,17 +123,38 @@ def main():
   print("-" * len(header))
   for name in args.models.split(","):
     shape = SHAPES[name]
-    ids = rng.integers(5, shape["vocab_size"], size=(args.batch, args.seq)).astype(np.int64)
-    mask = np.ones_like(ids)
-    mask[:, int(args.seq * 0.8):] = 0  # some padding, as real batches have
+    ids, mask = _inputs(shape, args)
     t_tf, t_tb = bench_torch(shape, ids, mask, args.steps, torch_device(platform))
     dtypes = ["float32"] + (["bfloat16"] if platform == "gpu" else [])
+    argv = [a for a in sys.argv[1:] if not a.startswith("--compare_runtime")]
+    variants = [("", [])]
+    if args.compare_runtime and platform == "cpu":
+      variants.insert(0, (" (glibc malloc, no flags)", ["--cpu_malloc=system", "--xla_cpu_flags="]))
     for dtype in dtypes:
-      j_f, j_b = bench_jax(shape, ids, mask, args.steps, dtype, args.scan)
-      for pass_name, jt, tt in (("fwd", j_f, t_tf), ("fwd+bwd", j_b, t_tb)):
-        t_col = f"{args.batch / tt:>11.2f}" if dtype == "float32" else f"{'-':>11}"
-        ratio = f"{tt / jt:>10.2f}" if dtype == "float32" else f"{'-':>10}"
-        print(f"{name:<12} {pass_name:<9} {dtype:<9} {args.batch / jt:>10.2f} {t_col} {ratio}")
+      for label, extra in variants:
+        j_f, j_b = _child([*argv, *extra, f"--child={name},{dtype}"])
+        for pass_name, jt, tt in (("fwd", j_f, t_tf), ("fwd+bwd", j_b, t_tb)):
+          t_col = f"{args.batch / tt:>11.2f}" if dtype == "float32" else f"{'-':>11}"
+          ratio = f"{tt / jt:>10.2f}" if dtype == "float32" else f"{'-':>10}"
+          print(f"{name:<12} {pass_name:<9} {dtype:<9} {args.batch / jt:>10.2f} {t_col} {ratio}"
+                f"{label}")
+
+
+def _inputs(shape, args):
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, shape["vocab_size"], size=(args.batch, args.seq)).astype(np.int64)
+  mask = np.ones_like(ids)
+  mask[:, int(args.seq * 0.8):] = 0  # some padding, as real batches have
+  return ids, mask
+
+
+def _child(argv):
+  """``(forward s, forward+backward s)`` of JAX in a fresh process (its own runtime settings)."""
+  out = subprocess.run([sys.executable, os.path.abspath(__file__), *argv], capture_output=True,
+                       text=True)
+  if out.returncode:
+    raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -214,13 +214,26 @@ def _peak(kind):
   return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in kind), None)
 
 
+def _child(argv, env=None):
+  """``(seconds, memory GB)`` of the JAX step in a fresh process (its own runtime settings)."""
+  out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
+                       env=env, capture_output=True, text=True, cwd=ROOT)
+  if out.returncode:
+    raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  return result["seconds"], result["memory_gb"]
+
+
 def _subprocess_time(args, devices):
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu")
-  argv = [a for a in sys.argv[1:] if not a.startswith("--devices")]
-  out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
-                       env=env, capture_output=True, text=True, check=True, cwd=ROOT)
-  return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+  argv = [a for a in sys.argv[1:] if not a.startswith(("--devices", "--dtype"))]
+  return _child([*argv, "--dtype=float32"], env)[0]
+
+
+def _runtime_args(args) -> dict:
+  return dict(cpu_malloc=args.cpu_malloc, xla_cpu_flags=args.xla_cpu_flags,
+              compilation_cache_dir=args.compilation_cache_dir)
 
 
 def _fmt(x, spec):
@@ -245,12 +258,26 @@ def main():
                   help="compile the JAX step and print its memory estimate (no run)")
   ap.add_argument("--devices", action="store_true",
                   help="CPU: also the JAX float32 step on 1 vs 8 simulated devices")
+  # The engine's runtime settings (poi_jax/runtime.py, config.runtime); defaults = the engine's.
+  ap.add_argument("--cpu_malloc", default="reuse", choices=["reuse", "system"])
+  ap.add_argument("--xla_cpu_flags", default=None,
+                  help="default: the engine's runtime.xla_cpu_flags")
+  ap.add_argument("--compilation_cache_dir", default="")
+  ap.add_argument("--compare_runtime", action="store_true",
+                  help="CPU: also the JAX step with glibc's malloc defaults and no XLA CPU flags "
+                       "(each JAX variant in its own process; PyTorch with glibc's defaults)")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args()
+  if args.xla_cpu_flags is None:
+    from poi_jax import runtime
+    args.xla_cpu_flags = runtime.defaults().xla_cpu_flags
   dtypes = args.dtype.split(",")
   if args.child:
+    from poi_jax import runtime
+    runtime.configure(_runtime_args(args))
     batch = make_batch(args.batch, args.seq)
-    print(json.dumps({"seconds": jax_step(args, "float32", batch)[0]}))
+    seconds, mem = jax_step(args, dtypes[0], batch)
+    print(json.dumps({"seconds": seconds, "memory_gb": mem}))
     return
   import jax
   dev = jax.devices()[0]
@@ -260,6 +287,8 @@ def main():
         f"{args.batch} x {args.seq}, remat={args.remat}, scan={args.scan}, "
         f"attention={args.attention}; {args.steps} timed steps after one warm-up")
   if args.compile_only:
+    from poi_jax import runtime
+    runtime.configure(_runtime_args(args))
     for dtype in dtypes:
       gb, secs = jax_compile_only(args, dtype)
       print(f"jax {dtype}: compiled step memory {_fmt(gb, '.2f')} GB (arguments + outputs + "
@@ -277,8 +306,14 @@ def main():
       t_torch, mem_torch = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16")
       name = "torch eager " + ("bf16 autocast" if dtype == "bfloat16" else "f32")
       rows.append((name, t_torch, mem_torch, t_torch))
-    t_jax, mem_jax = jax_step(args, dtype, batch)
-    rows.append((f"jax jit {'bf16' if dtype == 'bfloat16' else 'f32'}", t_jax, mem_jax, t_torch))
+    short = 'bf16' if dtype == 'bfloat16' else 'f32'
+    argv = [a for a in sys.argv[1:] if not a.startswith(("--dtype", "--compare_runtime"))]
+    if args.compare_runtime and platform == "cpu":
+      t_jax, mem_jax = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
+                               "--xla_cpu_flags="])
+      rows.append((f"jax jit {short}, glibc malloc, no flags", t_jax, mem_jax, t_torch))
+    t_jax, mem_jax = _child([*argv, f"--dtype={dtype}"])
+    rows.append((f"jax jit {short}", t_jax, mem_jax, t_torch))
   if args.devices and platform == "cpu":
     for n in (1, 8):
       t = _subprocess_time(args, n)

@@ -148,6 +148,18 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.distributed.shutdown_timeout_s = 300
   c.distributed.watchdog_timeout_s = 30
 
+  # ---- runtime (process-wide; applied by the entry points: main, Reader, bench) -------------
+  # poi_jax/runtime.py says what each does and why; docs/performance.md has the measurements.
+  c.runtime = ml_collections.ConfigDict()
+  # JAX's persistent compilation cache: "" = $JAX_COMPILATION_CACHE_DIR, else
+  # $XDG_CACHE_HOME/poi_jax/jax (~/.cache/poi_jax/jax); "none" = off; or a directory.
+  c.runtime.compilation_cache_dir = ""
+  # reuse: glibc keeps freed memory, so XLA's per-step CPU temporaries are not page-faulted in
+  # afresh every step (about a third of a CPU step); system: glibc's defaults.
+  c.runtime.cpu_malloc = "reuse"
+  # XLA flags added to $XLA_FLAGS on CPU-only runs (a flag already in $XLA_FLAGS wins).
+  c.runtime.xla_cpu_flags = ""
+
   # ---- device mesh ------------------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # -1: the rest of the devices

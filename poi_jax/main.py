@@ -33,7 +33,7 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poi_jax import config_checks, tasks
+from poi_jax import config_checks, runtime, tasks
 from poi_jax.data.pos import NltkResourceError
 from poi_jax.faults import RunFault
 from poi_jax.io import write_json_atomic
@@ -126,6 +126,8 @@ def main(argv):
     # Every value and the workdir are checked before anything is read, built or written.
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
+    # Before the backend starts: the compilation cache, CPU memory reuse, CPU XLA flags.
+    runtime.configure(config.get("runtime"))
     init_distributed(config)
     if mode == "prepare":
       from poi_jax.train import data as data_lib

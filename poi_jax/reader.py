@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from poi_jax import export_files, tasks
+from poi_jax import export_files, runtime, tasks
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 
@@ -192,6 +192,17 @@ def _check_text(value, field: str, i: int) -> None:
     raise ValueError(f"item {i}: field {field!r} must be a non-empty string, got {value!r}")
 
 
+def _saved_runtime(path: str) -> dict | None:
+  """The ``runtime`` section of the run's saved config, if it has one and it can be read."""
+  for name in (export_files.CONFIG_FILE, "config.json"):
+    try:
+      with open(os.path.join(path, name)) as f:
+        return json.load(f).get("runtime")
+    except (OSError, ValueError, AttributeError):
+      continue
+  return None
+
+
 class Reader:
   """A trained extractive (SQuAD) or multiple-choice (RACE, DREAM) model. Build with `load`.
 
@@ -219,6 +230,10 @@ class Reader:
     ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ; ``batch_size``: default the config's
     ``train.eval_batch_size``."""
     path = os.fspath(path)
+    # The compilation cache (a second Reader of the same model compiles nothing), before the
+    # model is built (poi_jax/runtime.py; the run's own cache setting where it has one). glibc's
+    # malloc keeps its defaults: a long-lived server's memory stays flat (runtime.py).
+    runtime.configure({**(_saved_runtime(path) or {}), "cpu_malloc": "system"})
     if batch_size is not None and batch_size <= 0:
       raise ValueError(f"batch_size={batch_size} must be positive")
     if _is_export(path):

@@ -6,10 +6,13 @@ Research-only data (DREAM, RACE) cannot ship: tests that need it take the `data_
 (``$POI_JAX_DATA``, default ../shared/data), are marked `required`, and skip naming the setting
 when it is missing (under CI the skip fails the run).
 """
+import atexit
 import functools
 import lzma
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
@@ -38,6 +41,18 @@ if "NLTK_DATA" not in os.environ and (DATA / "nltk_data").is_dir():
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Parity at 1e-5 needs full float32 matmuls (no TF32 / bf16 passes on accelerators).
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+
+# ---- one persistent compilation cache for the session (issue 26) -----------------------------
+# Many tests build the same tiny step, and the engine tests run `poi_jax.main` in subprocesses
+# (which inherit this environment): each program is compiled once per session. Set
+# JAX_COMPILATION_CACHE_DIR yourself to keep the cache across sessions (CI can cache it).
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+  _SESSION_CACHE = tempfile.mkdtemp(prefix="poi_jax_test_jax_cache_")
+  atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
+# Every program, however quick to compile (JAX's default skips those under a second).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 _FIXTURE_SUFFIXES = (".safetensors.xz", ".safetensors")
 

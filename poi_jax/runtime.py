@@ -1,0 +1,146 @@
+"""Process-wide runtime settings the entry points apply before JAX starts its backend.
+
+``configure(config.runtime)`` is called by `poi_jax.main`, `poi_jax.reader.Reader.load` and the
+benchmarks in ``bench/``; importing a module of poi_jax changes nothing (tests/test_layout.py).
+A library user who builds the engine's pieces directly calls it once, first thing. Three knobs:
+
+* ``compilation_cache_dir``: JAX's persistent compilation cache, so that a second run (a second
+  quickstart, ``--mode=eval`` after ``train``, each test that builds the same step) loads the
+  compiled programs instead of compiling them again. ``""`` (default): ``$JAX_COMPILATION_CACHE_DIR``
+  when set, else ``$XDG_CACHE_HOME/poi_jax/jax`` (``~/.cache/poi_jax/jax``); ``"none"``: off; any
+  other value: that directory. Every program is cached, however small or quick to compile
+  (JAX's own default skips programs that compile in under a second: most of the engine's).
+* ``cpu_malloc``: ``"reuse"`` (default for training and the benchmarks) keeps freed memory in the
+  process (glibc only). XLA's CPU runtime allocates each step's temporaries (about 1 GB for the
+  MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large with a new ``mmap``
+  every time, so every step first-touches a gigabyte of new pages: ~265,000 page faults a step
+  (docs/results.md). ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
+  trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on). The
+  price: the process keeps its peak heap (resident memory 3.2-4.3 GB against 2.3 GB for that
+  step), and a program that drops a large *result* every call can fragment the heap and grow;
+  so `poi_jax.reader.Reader` (a long-lived server) keeps ``"system"``. It must run before XLA's
+  threads first allocate, i.e. before the backend starts. ``"system"``: glibc's defaults. (glibc's
+  ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, is another remedy: 2 MiB
+  pages, 600 faults a step, no retained memory.)
+* ``xla_cpu_flags``: XLA flags added to ``$XLA_FLAGS`` for CPU-only runs (``JAX_PLATFORMS=cpu``
+  or no accelerator found), before the backend starts; a flag already in ``$XLA_FLAGS`` wins.
+
+The settings apply once, to the process: a second `configure` with other values only changes the
+cache directory (JAX's config) and says nothing about the rest.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import ml_collections
+
+CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+
+_applied: dict[str, object] = {}
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The runtime section of `configs/base.py` (for configs written before it existed)."""
+  c = ml_collections.ConfigDict()
+  c.compilation_cache_dir = ""
+  c.cpu_malloc = "reuse"
+  c.xla_cpu_flags = ""
+  return c
+
+
+def default_cache_dir() -> str:
+  """``$XDG_CACHE_HOME/poi_jax/jax``, ``~/.cache/poi_jax/jax`` without XDG_CACHE_HOME."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "poi_jax", "jax")
+
+
+def resolve_cache_dir(value: str) -> str | None:
+  """The compilation cache directory of ``runtime.compilation_cache_dir`` (None: off)."""
+  value = (value or "").strip()
+  if value.lower() == "none":
+    return None
+  if not value:
+    return os.environ.get(CACHE_DIR_ENV) or default_cache_dir()
+  return os.path.abspath(os.path.expanduser(value))
+
+
+def enable_compilation_cache(directory: str | None) -> None:
+  """JAX's persistent compilation cache in ``directory`` (None: off), caching every program."""
+  import jax
+  if directory is None:
+    jax.config.update("jax_enable_compilation_cache", False)
+    return
+  os.makedirs(directory, exist_ok=True)
+  jax.config.update("jax_enable_compilation_cache", True)
+  jax.config.update("jax_compilation_cache_dir", directory)
+  # JAX skips programs that compile in under 1 s; the tiny configs' steps compile in about that,
+  # and a test suite compiles hundreds of small programs: cache them all.
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def reuse_freed_memory() -> bool:
+  """glibc: serve large blocks from the heap and keep freed memory (see the module docstring).
+  False where it does not apply (not glibc) or the C library refused."""
+  if not sys.platform.startswith("linux"):
+    return False
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    mallopt = libc.mallopt
+  except (OSError, AttributeError):  # musl and others: no mallopt
+    return False
+  # One arena: glibc's per-thread arenas fall back to mmap for blocks over 64 MB whatever the
+  # settings below. -1: never trim (the man page's "disables trimming completely").
+  return all(mallopt(param, value) == 1
+             for param, value in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)))
+
+
+def cpu_only() -> bool:
+  """Whether this process will run on the CPU only (decided without starting the backend)."""
+  platforms = os.environ.get("JAX_PLATFORMS", "")
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  try:  # not initialising the backend: a GPU/TPU plugin installed means it may be used
+    import importlib.util
+    return not any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin",
+                                                         "libtpu", "jax_rocm60_plugin"))
+  except (ImportError, ValueError):
+    return False
+
+
+def add_xla_flags(flags: str) -> str:
+  """Appends ``flags`` to ``$XLA_FLAGS``, except those whose name is there already; returns the
+  resulting value."""
+  current = os.environ.get("XLA_FLAGS", "")
+  names = {f.split("=")[0] for f in current.split()}
+  extra = [f for f in flags.split() if f.split("=")[0] not in names]
+  value = " ".join(current.split() + extra)
+  if extra:
+    os.environ["XLA_FLAGS"] = value
+  return value
+
+
+def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[str, object]:
+  """Applies ``runtime`` (`defaults` for missing fields); returns what was applied."""
+  settings = defaults()
+  if runtime is not None:
+    settings.update(dict(runtime))
+  if settings.cpu_malloc not in ("reuse", "system"):
+    raise ValueError(f"runtime.cpu_malloc={settings.cpu_malloc!r}: choose reuse or system")
+  if not _applied:
+    if settings.cpu_malloc == "reuse":
+      _applied["cpu_malloc"] = "reuse" if reuse_freed_memory() else "system (not glibc)"
+    else:
+      _applied["cpu_malloc"] = "system"
+    if settings.xla_cpu_flags and cpu_only():
+      _applied["xla_flags"] = add_xla_flags(settings.xla_cpu_flags)
+  directory = resolve_cache_dir(settings.compilation_cache_dir)
+  enable_compilation_cache(directory)
+  _applied["compilation_cache_dir"] = directory
+  return dict(_applied)
