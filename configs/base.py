@@ -149,7 +149,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.distributed.watchdog_timeout_s = 30
 
   # ---- runtime (process-wide; applied by the entry points: main, Reader, bench) -------------
-  # poi_jax/runtime.py says what each does and why; docs/performance.md has the measurements.
+  # poi_jax/runtime.py says what each does and why; docs/results.md has the measurements.
   c.runtime = ml_collections.ConfigDict()
   # JAX's persistent compilation cache: "" = $JAX_COMPILATION_CACHE_DIR, else
   # $XDG_CACHE_HOME/poi_jax/jax (~/.cache/poi_jax/jax); "none" = off; or a directory.
