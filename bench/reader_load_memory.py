@@ -24,7 +24,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 1, "Children per way (the table shows
 _CHILD = r"""
 import json, os, resource, sys, time
 from flax import nnx
-from poi_jax import reader as reader_lib
+from poi_jax import reader_load as reader_lib
 from poi_jax.reader import Reader
 
 way, path = sys.argv[1], sys.argv[2]

@@ -11,7 +11,7 @@ A library user who builds the engine's pieces directly calls it once, first thin
   other value: that directory. Every program is cached, however small or quick to compile
   (JAX's own default skips programs that compile in under a second: most of the engine's).
 * ``cpu_malloc``: ``"reuse"`` (default for training and the benchmarks) keeps freed memory in the
-  process (glibc only). XLA's CPU runtime allocates each step's temporaries (about 1 GB for the
+  process (glibc only; CPU-only runs: on an accelerator the step's temporaries are device memory). XLA's CPU runtime allocates each step's temporaries (about 1 GB for the
   MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large with a new ``mmap``
   every time, so every step first-touches a gigabyte of new pages: ~265,000 page faults a step
   (docs/results.md). ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
@@ -134,9 +134,9 @@ def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[s
   if settings.cpu_malloc not in ("reuse", "system"):
     raise ValueError(f"runtime.cpu_malloc={settings.cpu_malloc!r}: choose reuse or system")
   if not _applied:
-    if settings.cpu_malloc == "reuse":
+    if settings.cpu_malloc == "reuse" and cpu_only():
       _applied["cpu_malloc"] = "reuse" if reuse_freed_memory() else "system (not glibc)"
-    else:
+    else:  # on an accelerator the step's temporaries live in device memory: nothing to reuse
       _applied["cpu_malloc"] = "system"
     if settings.xla_cpu_flags and cpu_only():
       _applied["xla_flags"] = add_xla_flags(settings.xla_cpu_flags)

@@ -19,7 +19,7 @@ from configs import nq as nq_config
 from configs import race as race_config
 from configs import squad2 as squad2_config
 from poi_jax.data import shards
-from poi_jax.data.records import DataError
+from poi_jax.data.records import DataError, load_json
 from poi_jax.tasks import get_task
 from poi_jax.train import data as data_lib
 from poi_jax.train import setup
@@ -218,7 +218,7 @@ def test_rows_round_trip_and_group_size_one(tmp_path):
 
 
 def test_a_bad_record_mid_file_stops_before_any_training_step(tmp_path):
-  data = json.loads(SQUAD.read_text())
+  data = load_json(str(SQUAD))
   qa = data["data"][0]["paragraphs"][2]["qas"][0]
   del qa["question"]
   bad = tmp_path / "bad.json"
