@@ -59,5 +59,8 @@ setup(
         "nq": ["spacy>=3"],
         # TFDS readers (squad/v1.1, squad/v2.0, race/*); no TensorFlow needed.
         "tfds": ["tensorflow-datasets", "importlib_resources"],
+        # --mode=prepare on Apache Beam (--beam_pipeline_options; docs/data.md). Beam pins its
+        # own protobuf and pyarrow: install it in its own environment (a worker image).
+        "beam": ["apache-beam"],
     },
 )

@@ -55,6 +55,11 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "HOST:PORT of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_BEAM = flags.DEFINE_string(
+    "beam_pipeline_options", "",
+    "prepare: build the feature shards with an Apache Beam pipeline (the [beam] extra) with "
+    "these options, comma-separated without dashes, e.g. runner=DirectRunner,"
+    "direct_num_workers=4 or runner=DataflowRunner,project=P,... (docs/data.md).")
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", "", "eval / predict: where to write predictions and scores (default "
     "<workdir>/<mode>/<data name>-<checkpoint step>; the training run's files are never touched).")
@@ -128,11 +133,14 @@ def main(argv):
     config_checks.check_workdir(workdir)
     # Before the backend starts: the compilation cache, CPU memory reuse, CPU XLA flags.
     runtime.configure(config.get("runtime"))
+    if _BEAM.value and mode != "prepare":
+      raise ValueError(f"--beam_pipeline_options is for --mode=prepare (got --mode={mode}): "
+                       f"prepare the shards with Beam first, then run --mode={mode}")
     init_distributed(config)
     if mode == "prepare":
       from poi_jax.train import data as data_lib
       print(config_summary(config))
-      data_lib.prepare(config, workdir)
+      data_lib.prepare(config, workdir, beam_options=_BEAM.value)
       return 0
     describe(config, workdir, write_config=mode == "describe")
     if mode != "describe":

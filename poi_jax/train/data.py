@@ -8,6 +8,7 @@ for the manifest. ``--mode=prepare`` runs it alone for every split the config na
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from typing import Iterable
@@ -46,11 +47,20 @@ def stream_records(task, config, split: str) -> Iterable:
                               None if limit is None else skip + limit)
 
 
-def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | None = None,
-                  progress: bool = True) -> shards.ShardedSplit:
-  """The split's feature shards in ``data.cache_dir`` (resolved: `poi_jax.train.setup.
-  with_cache_dir`), building the missing ones. ``records``: the split's (capped) records when the
-  caller already holds them (evaluation needs them for scoring), else they are streamed."""
+@dataclasses.dataclass(frozen=True)
+class SplitPlan:
+  """Where and how a split's shards are built: what `prepare_split` and the Beam pipeline
+  (`poi_jax.train.prepare_beam`) share, so both write the same directory, key and bytes."""
+  spec: shards.ShardSpec
+  key: str
+  description: dict
+  directory: str
+  records_per_shard: int
+
+
+def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
+  """The split's `ShardSpec`, cache key and directory in ``data.cache_dir`` (resolved:
+  `poi_jax.train.setup.with_cache_dir`). Reads nothing but the source file's identity."""
   if task.shard_spec is None:
     raise ValueError(f"task {task.name!r} has no shard_spec: it cannot be featurized into "
                      f"feature shards")
@@ -71,13 +81,23 @@ def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | No
       records_per_shard=per_shard)
   description["source_file"] = split_source(config, split)
   directory = os.path.join(cache_dir, f"{config.task}-{split}-{key[:16]}")
+  return SplitPlan(spec, key, description, directory, per_shard)
+
+
+def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | None = None,
+                  progress: bool = True) -> shards.ShardedSplit:
+  """The split's feature shards in ``data.cache_dir`` (resolved: `poi_jax.train.setup.
+  with_cache_dir`), building the missing ones. ``records``: the split's (capped) records when the
+  caller already holds them (evaluation needs them for scoring), else they are streamed."""
+  plan = split_plan(task, config, split, tokenizer)
   split_records = records if records is not None else stream_records(task, config, split)
   prepared = shards.prepare(
-      spec, split_records, tokenizer, directory=directory, key=key, description=description,
-      records_per_shard=per_shard, num_workers=config.data.num_workers,
+      plan.spec, split_records, tokenizer, directory=plan.directory, key=plan.key,
+      description=plan.description, records_per_shard=plan.records_per_shard,
+      num_workers=config.data.num_workers,
       process_index=jax.process_index(), process_count=jax.process_count(),
       progress=progress and jax.process_index() == 0, desc=f"{config.task} {split} shards")
-  prepared.merge = spec.merge
+  prepared.merge = plan.spec.merge
   return prepared
 
 
@@ -87,8 +107,10 @@ def prepared_splits(config) -> list[str]:
       ["predict"] if config.data.get("predict_file", "") else [])
 
 
-def prepare(config, workdir: str) -> dict[str, shards.ShardedSplit]:
-  """``--mode=prepare``: every split of the config as feature shards; prints one line each."""
+def prepare(config, workdir: str, *, beam_options: str = "") -> dict[str, shards.ShardedSplit]:
+  """``--mode=prepare``: every split of the config as feature shards; prints one line each.
+  ``beam_options`` (``--beam_pipeline_options``): build them with an Apache Beam pipeline
+  instead (`poi_jax.train.prepare_beam`), same shards."""
   from poi_jax.train import setup  # (setup imports this module)
   task = tasks.get_task(config.task)
   config = setup.with_cache_dir(config, workdir)
@@ -100,10 +122,12 @@ def prepare(config, workdir: str) -> dict[str, shards.ShardedSplit]:
   if not splits:
     raise ValueError("--mode=prepare: the config names no data file (data.train_file, "
                      "data.eval_file, data.predict_file)")
-  out = {}
-  for split in splits:
-    prepared = prepare_split(task, config, split, tokenizer)
-    out[split] = prepared
+  if beam_options:
+    from poi_jax.train import prepare_beam
+    out = prepare_beam.prepare_splits(task, config, splits, tokenizer, beam_options)
+  else:
+    out = {split: prepare_split(task, config, split, tokenizer) for split in splits}
+  for split, prepared in out.items():
     if jax.process_index() == 0:
       size = sum(f["bytes"] for s in prepared.manifest["shards"] for f in s["files"].values())
       print(f"{split}: {prepared.num_examples} records -> {prepared.num_windows} windows in "
