@@ -85,10 +85,15 @@ while (( ${#live[@]} > 0 )); do
     continue
   fi
   echo "process ${failed:-?} failed with ${why}; stopping the others (${GRACE_S}s grace)" >&2
+  # (Its own stdio, and its sleep ended with it: a caller reading the launcher's output must
+  # not wait GRACE_S for a sleep that still holds the pipe.)
   (
-    sleep "${GRACE_S}"
+    sleep "${GRACE_S}" &
+    sleeper=$!
+    trap 'kill "${sleeper}" 2>/dev/null; exit 0' TERM
+    wait "${sleeper}"
     kill -KILL "${pids[@]}" 2>/dev/null || true
-  ) &
+  ) </dev/null >/dev/null 2>&1 &
   killer=$!
 done
 if [[ -n "${killer:-}" ]]; then kill "${killer}" 2>/dev/null || true; fi
