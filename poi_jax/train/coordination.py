@@ -58,9 +58,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 def _client_callback(distributed, callback):
   """While inside, the jaxlib client that `jax.distributed.initialize` creates gets
   ``callback`` as its ``missed_heartbeat_callback`` (when this jaxlib takes one)."""
-  module = distributed._jax  # jaxlib's extension module (jax._src.lib._jax)
-  original = module.get_distributed_runtime_client
-  if _CALLBACK_ARG not in (original.__doc__ or ""):
+  module = getattr(distributed, "_jax", None)  # jaxlib's extension module (jax._src.lib._jax)
+  original = getattr(module, "get_distributed_runtime_client", None)
+  if original is None or _CALLBACK_ARG not in (original.__doc__ or ""):  # another jax: as is
     yield
     return
 
@@ -118,8 +118,9 @@ def verdict(index: int, count: int, address: str | None, detail: str = "", *,
 
 def _end(detail: str) -> None:
   """Prints the verdict (through the watchdog when there is one) and ends the process."""
-  if not _STATE["fired"].acquire(blocking=False):
-    return  # (the callback and the terminate handler may both fire)
+  if not _STATE["fired"].acquire(blocking=False):  # another thread is ending the process
+    while True:
+      time.sleep(60)
   from poi_jax.train import watchdog as watchdog_lib
   dog = watchdog_lib.active()
   index, count = _STATE["index"] or 0, _STATE["count"] or 0

@@ -179,3 +179,26 @@ def test_the_coordinators_loss_is_named_from_its_silent_address():
   assert verdict(0, 2, "127.0.0.1:1", watchdog=zero).startswith(
       "lost process 1 of 2: JAX's coordination service declared it dead (no heartbeat for 40 s)")
   assert not coordinator_answers("127.0.0.1:1", tries=1)  # (port 1: nothing listens)
+
+
+def test_the_client_gets_the_callback_only_during_initialize():
+  """`coordination._client_callback` hands JAX's client our callback (jax.distributed.initialize
+  passes none) and puts the jaxlib function back afterwards; a jaxlib without the argument is
+  left alone."""
+  import types
+  from poi_jax.train import coordination
+  calls = []
+
+  def client(address, node_id, **kwargs):
+    """get_distributed_runtime_client(..., missed_heartbeat_callback=None, ...)"""
+    calls.append(kwargs)
+
+  fake = types.SimpleNamespace(_jax=types.SimpleNamespace(get_distributed_runtime_client=client))
+  with coordination._client_callback(fake, coordination._on_service_error):
+    fake._jax.get_distributed_runtime_client("127.0.0.1:1", 1, heartbeat_timeout=100)
+  assert calls == [{"heartbeat_timeout": 100,
+                    "missed_heartbeat_callback": coordination._on_service_error}]
+  assert fake._jax.get_distributed_runtime_client is client
+  client.__doc__ = "get_distributed_runtime_client(address, node_id)"  # an older jaxlib
+  with coordination._client_callback(fake, coordination._on_service_error):
+    assert fake._jax.get_distributed_runtime_client is client
