@@ -173,10 +173,11 @@ class Watchdog:
     me = f"; stopping process {self.index}"
     if self.posted:  # another process's verdict, or its own error (`announce`)
       return self.posted + me
-    if self.index != 0 and now - self._last_ok > self.timeout_s:
-      return (f"lost process 0 of {self.count} (the coordinator): no answer for "
-              f"{now - self._last_ok:.0f} s{me}")
     at = f" at step {self.step}" if self.step is not None else ""
+    if self.index != 0 and now - self._last_ok > self.timeout_s:
+      return (f"lost process 0 of {self.count} (the coordinator: it hosts JAX's coordination "
+              f"service){at}: no answer for {now - self._last_ok:.0f} s (stopped, hung, or its "
+              f"host is unreachable){me}")
     for i, (_, when) in self._seen.items() if self.index == 0 else ():
       if i != self.index and now - when > self.timeout_s:
         return (f"lost process {i} of {self.count}{at}: no heartbeat for {now - when:.0f} s "

@@ -1,9 +1,10 @@
 """Two real processes joined by `jax.distributed` (the coordination service, its C++ client, gloo
 collectives), without a model (tests/train/distributed_driver.py: every step reports progress
-and all-gathers, as the training loop does). Three pairs run at once, sharing the start-up:
+and all-gathers, as the training loop does). Four pairs run at once, sharing the start-up:
 
 * process 0, the coordinator, is SIGKILLed: the other prints one line naming it and exits 70
-  within seconds, instead of JAX's C++ fatal log (`poi_jax.train.coordination`);
+  within seconds, instead of JAX's C++ fatal log (`poi_jax.train.coordination`); SIGSTOPped
+  (the coordination service freezes with it): named after the watchdog's timeout (3 s here);
 * process 1 is SIGKILLed: process 0 names it after the watchdog's timeout (3 s here);
 * process 1 deadlocks at step 20 while alive: both name it after ``stuck_timeout_s`` (3 s here).
 
@@ -20,10 +21,12 @@ import pytest
 
 from tests.train import engine_runs as er
 
-# name: (mode, the process to SIGKILL or None, watchdog timeout, stuck timeout)
+# name: (mode, (the process to signal, the signal) or None, watchdog timeout, stuck timeout)
 SCENARIOS = {
-    "coordinator_killed": ("run", 0, 30, 300),  # the defaults: the client, not a timeout, decides
-    "process_killed": ("run", 1, 3, 300),
+    # the defaults: JAX's client, not a timeout, notices
+    "coordinator_killed": ("run", (0, signal.SIGKILL), 30, 300),
+    "coordinator_stopped": ("run", (0, signal.SIGSTOP), 3, 300),  # the service itself freezes
+    "process_killed": ("run", (1, signal.SIGKILL), 3, 300),
     "stuck": ("hang", None, 30, 3),
 }
 LOST = 70  # poi_jax.faults.ProcessLost.exit_code
@@ -60,23 +63,28 @@ def runs():
   results = {}
   try:
     for name, procs in pairs.items():
-      mode, victim, _, _ = SCENARIOS[name]
+      mode, fault, _, _ = SCENARIOS[name]
       lines = [[], []]
-      watched = 1 if mode == "hang" else 0 if victim != 0 else 1
+      watched = 1 if mode == "hang" or fault[0] == 0 else 0
       marker = "hanging at step 20" if mode == "hang" else "step 20"
       assert _read_until(procs[watched], marker, time.time() + 240, lines[watched]), \
           (name, "".join(lines[watched])[-3000:])
-      if victim is not None:
-        procs[victim].send_signal(signal.SIGKILL)
+      if fault is not None:
+        procs[fault[0]].send_signal(fault[1])
       results[name] = {"at": time.time(), "lines": lines}
     for name, procs in pairs.items():
       res = results[name]
-      rcs, outs = [], []
-      for i, p in enumerate(procs):
-        rest, _ = p.communicate(timeout=90)  # never a hang
-        rcs.append(p.returncode)
-        outs.append("".join(res["lines"][i]) + rest)
-      res.update(rc=rcs, out=outs, took=time.time() - res["at"])
+      fault = SCENARIOS[name][1]
+      order = [1 - fault[0], fault[0]] if fault else [0, 1]  # the survivor first
+      res["rc"], res["out"] = [None, None], [None, None]
+      for i in order:
+        if i != order[0] and fault and fault[1] == signal.SIGSTOP:
+          procs[i].kill()  # (a stopped process never ends by itself)
+        rest, _ = procs[i].communicate(timeout=90)  # never a hang
+        res["rc"][i] = procs[i].returncode
+        res["out"][i] = "".join(res["lines"][i]) + rest
+        if i == order[0]:
+          res["took"] = time.time() - res["at"]
   finally:
     for procs in pairs.values():
       for p in procs:
@@ -107,6 +115,17 @@ def test_a_killed_coordinator_is_one_line_naming_it(runs):
                   r"kept: run the same command again to resume$", naming[0]), naming[0]
 
 
+def test_a_stopped_coordinator_is_named_after_the_watchdogs_timeout(runs):
+  run = runs["coordinator_stopped"]
+  assert run["rc"] == [-signal.SIGKILL, LOST], run["out"][1][-3000:]
+  assert run["took"] < 3 + 20, run["took"]
+  _clean(run["out"][1])
+  last = run["out"][1].strip().splitlines()[-1]
+  assert re.match(r"error: lost process 0 of 2 \(the coordinator: it hosts JAX's coordination "
+                  r"service\) at step \d+: no answer for \d+ s \(stopped, hung, or its host is "
+                  r"unreachable\); stopping process 1\.", last), last
+
+
 def test_a_killed_process_is_named_by_the_watchdog(runs):
   run = runs["process_killed"]
   assert run["rc"] == [LOST, -signal.SIGKILL], run["out"][0][-3000:]
@@ -119,7 +138,7 @@ def test_a_killed_process_is_named_by_the_watchdog(runs):
 def test_an_alive_but_stuck_process_is_named_by_both(runs):
   run = runs["stuck"]
   assert run["rc"] == [LOST, LOST], run["out"]
-  assert run["took"] < 3 + 20, run["took"]  # stuck_timeout_s, a few beats
+  assert run["took"] < 3 + 20, run["took"]  # stuck_timeout_s, a few beats (process 0's exit)
   for i, out in enumerate(run["out"]):
     _clean(out)
     last = out.strip().splitlines()[-1]
