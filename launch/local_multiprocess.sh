@@ -73,7 +73,9 @@ while (( ${#live[@]} > 0 )); do
   next=()
   for pid in "${live[@]}"; do [[ "${pid}" != "${done_pid}" ]] && next+=("${pid}"); done
   live=("${next[@]}")
-  if [[ "${rc}" == 0 ]] || [[ "${status}" != 0 && ( "${status}" != "${LOST}" || "${rc}" == "${LOST}" ) ]]; then
+  # (a success, or a failure after the first one that is no better cause than it)
+  if [[ "${rc}" == 0 ]] || [[ "${status}" != 0 && ( "${status}" != "${LOST}" \
+                                                   || "${rc}" == "${LOST}" ) ]]; then
     continue
   fi
   status="${rc}"

@@ -14,9 +14,10 @@ beat, not N x N). A coordinator that stops answering for ``timeout_s`` is lost t
 process then prints one line naming the lost one (``lost process 1 of 2: no heartbeat for 10 s
 ...``) and ends at once with `ProcessLost.exit_code` (``os._exit``: no atexit shutdown barrier
 that would wait for the dead process). ``timeout_s`` sits below JAX's own heartbeat timeout
-(``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. The loss of process 0 itself (the host of
-the coordination service) is said by `poi_jax.train.coordination`, which JAX's client calls within
-a second; it names the step from here.
+(``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. The loss of
+process 0 itself (the host of the coordination service) is said by
+`poi_jax.train.coordination`, which JAX's client calls within a second; it names the step from
+here.
 
 A process that is alive but stuck (a deadlocked input pipeline, a hang in Python: its heartbeat
 thread still beats, so neither this nor JAX's heartbeat sees it, jax#38503) is caught by

@@ -54,9 +54,10 @@ def _pid_of(workdir, process_id) -> int | None:
 
 
 @pytest.mark.parametrize("victim", [
-    0,  # the coordinator (the host of JAX's coordination service): poi_jax/train/coordination.py
-    pytest.param(1, marks=pytest.mark.slow),  # the watchdog's heartbeat (also, cheaply, in
-])                                            # tests/train/test_lost_process.py)
+    0,  # the coordinator, host of JAX's coordination service (poi_jax/train/coordination.py)
+    # the watchdog's heartbeat (slow; without a model: tests/train/test_lost_process.py)
+    pytest.param(1, marks=pytest.mark.slow),
+])
 def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_path,
                                                                            one_process, victim):
   work, logs = tmp_path / "w", tmp_path / "logs"
