@@ -6,8 +6,8 @@ then wait in ``jax.distributed.shutdown`` for ``shutdown_timeout_seconds``, or b
 collective until the coordination service's heartbeat timeout aborts them with a C++ fatal log.
 
 `Watchdog` (started by `poi_jax.main` right after ``jax.distributed.initialize``): a thread
-in each process writes a counter under ``poi_jax/alive/<process>`` in the coordination
-service's key-value store every ``beat_s`` seconds; process 0 reads them all, and a process
+in each process writes a counter (and its progress, below) under ``poi_jax/alive/<process>``
+in the coordination service's key-value store every ``beat_s`` seconds; process 0 reads them all, and a process
 whose counter has not moved for ``timeout_s`` is lost: process 0 posts that verdict under
 ``poi_jax/verdict/``, which every process reads each beat (so the store answers O(N) requests a
 beat, not N x N). A coordinator that stops answering for ``timeout_s`` is lost too. Each
@@ -58,12 +58,38 @@ def write_line(verdict: str) -> None:
   os.write(2, f"\nerror: {verdict}. {_RESUME}\n".encode(errors="replace"))
 
 
-def _parse(value: str) -> tuple[int, int, int | None, str]:
-  """A published heartbeat ``"<beat> <progress ticks> <step> <phase>"`` (-1: unknown)."""
+def _parse(value: str) -> tuple[int, int, int | None, str, bool]:
+  """A published heartbeat ``"<beat> <progress ticks> <step> <phase> <compiling 0/1>"``
+  (-1: unknown)."""
   parts = (value or "").split()
   nums = [int(p) if p.lstrip("-").isdigit() else -1 for p in parts[:3]] + [-1] * 3
   step = nums[2] if len(parts) > 2 and nums[2] >= 0 else None
-  return nums[0], nums[1], step, parts[3] if len(parts) > 3 else "training"
+  return (nums[0], nums[1], step, parts[3] if len(parts) > 3 else "training",
+          len(parts) > 4 and parts[4] == "1")
+
+
+# Where a main thread is compiling (or tracing / lowering for a compile): JAX's compiler module,
+# and the lowering and tracing entry points of jit. A process there is busy, not stuck: its
+# compile may take minutes longer than another process's (a persistent-cache miss where the
+# other hit).
+_COMPILER_FILE = os.path.join("jax", "_src", "compiler.py")
+_COMPILE_FUNCTIONS = frozenset({"lower_sharding_computation", "_cached_lowering_to_hlo",
+                                "_create_pjit_jaxpr", "trace_to_jaxpr"})
+
+
+def in_compiler(frame) -> bool:
+  """Whether ``frame`` or a caller of it is in JAX's compiler, or tracing / lowering for it."""
+  while frame is not None:
+    code = frame.f_code
+    if code.co_filename.endswith(_COMPILER_FILE) or code.co_name in _COMPILE_FUNCTIONS:
+      return True
+    frame = frame.f_back
+  return False
+
+
+def main_thread_compiling() -> bool:
+  """Whether the main thread is compiling now (read once a beat by the heartbeat thread)."""
+  return in_compiler(sys._current_frames().get(threading.main_thread().ident))
 
 
 def _client():
@@ -79,12 +105,13 @@ class Watchdog:
     timeout_s: seconds without a heartbeat after which a process is lost.
     stuck_timeout_s: seconds a process may stay behind another's progress (0: not checked).
     beat_s: seconds between heartbeats.
+    busy_fn: whether this process's main thread is compiling now (tests replace it).
     exit_fn: what ends the process (tests replace it); receives the exit code.
   """
 
   def __init__(self, process_index: int, process_count: int, *, timeout_s: float,
                stuck_timeout_s: float = 0.0, beat_s: float = 1.0, client=None,
-               exit_fn=os._exit):
+               busy_fn=main_thread_compiling, exit_fn=os._exit):
     self.index, self.count = process_index, process_count
     self.timeout_s, self.beat_s = float(timeout_s), float(beat_s)
     now = time.monotonic()
@@ -95,6 +122,7 @@ class Watchdog:
     # Process 0's view of everyone's progress: process -> (ticks, step, phase, when it changed),
     # and since when another process has been ahead of it (None: not behind).
     self._progress = {i: (0, None, "start", now) for i in range(process_count)}
+    self._busy = busy_fn
     self._behind: dict[int, float | None] = {i: None for i in range(process_count)}
     self._failing = threading.Lock()
     self._client = client
@@ -138,15 +166,15 @@ class Watchdog:
   def _observe(self, values: dict, now: float) -> None:
     """Process 0: updates the heartbeat and progress views from the published values."""
     for i in range(self.count):
-      beat, ticks, step, phase = _parse(values.get(f"{_PREFIX}{i}", ""))
+      beat, ticks, step, phase, compiling = _parse(values.get(f"{_PREFIX}{i}", ""))
       if beat != self._seen[i][0]:
         self._seen[i] = (beat, now)
-      if ticks != self._progress[i][0]:
+      if ticks != self._progress[i][0] or compiling:  # compiling is progress too
         self._progress[i] = (ticks, step, phase, now)
         self._behind[i] = None
     lead = max(p[0] for p in self._progress.values())
     for i, (ticks, *_rest) in self._progress.items():
-      if ticks < lead and self._behind[i] is None:
+      if ticks < lead and self._behind[i] is None:  # (compiling: reset above, every beat)
         self._behind[i] = now  # another process moved past it: its clock starts now
 
   def _beat(self) -> None:
@@ -154,7 +182,9 @@ class Watchdog:
     while not self._stop.is_set():
       beat += 1
       try:
-        published = f"{beat} {self.ticks} {-1 if self.step is None else self.step} {self.phase}"
+        busy = 1 if self.stuck_timeout_s > 0 and self._busy() else 0
+        published = (f"{beat} {self.ticks} {-1 if self.step is None else self.step} "
+                     f"{self.phase} {busy}")
         self._client.key_value_set(f"{_PREFIX}{self.index}", published, allow_overwrite=True)
         now = time.monotonic()
         if self.index == 0:  # process 0 watches everyone (N reads a beat, not N x N)

@@ -202,3 +202,62 @@ def test_the_client_gets_the_callback_only_during_initialize():
   client.__doc__ = "get_distributed_runtime_client(address, node_id)"  # an older jaxlib
   with coordination._client_callback(fake, coordination._on_service_error):
     assert fake._jax.get_distributed_runtime_client is client
+
+
+def test_a_process_compiling_longer_than_the_others_is_not_stuck():
+  """Process 1's compile takes far longer than process 0's (a persistent-cache miss where 0
+  hit): while its main thread is in JAX's compiler it counts as progressing; once it leaves it
+  without progress, the clock starts."""
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  compiling = [True]
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
+                   busy_fn=(lambda: False) if i == 0 else (lambda: compiling[0]),
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  dogs[0].progress(1)  # process 0 compiled and ran step 1
+  time.sleep(1.5)  # process 1 still compiling: three times the timeout
+  assert exits == {0: [], 1: []}, dogs[0].verdict
+  compiling[0] = False  # ... and now hung right after it
+  assert _wait(lambda: exits[0] == exits[1] == [ProcessLost.exit_code])
+  assert dogs[0].verdict.startswith("process 1 of 2 is stuck before its first step")
+
+
+def test_the_main_thread_is_seen_compiling_from_its_frames():
+  """`in_compiler` finds JAX's compiler (or jit's tracing / lowering) among a frame's callers;
+  a real compile seen from another thread, as the heartbeat thread sees it."""
+  import sys
+
+  import jax
+  import jax.numpy as jnp
+
+  from poi_jax.train.watchdog import in_compiler
+  namespace: dict = {}
+  exec(compile("import sys\nframe = sys._getframe()",
+               "/site-packages/jax/_src/compiler.py", "exec"), namespace)
+  assert in_compiler(namespace["frame"])
+  assert not in_compiler(sys._getframe())
+  seen = []
+  main = threading.get_ident()
+  stop = threading.Event()
+
+  def look():
+    while not stop.is_set():
+      seen.append(in_compiler(sys._current_frames().get(main)))
+      time.sleep(0.001)
+
+  looker = threading.Thread(target=look)
+  looker.start()
+  try:
+    f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum() * 3.0 + jnp.cos(x).mean())
+    f.lower(jnp.ones((64, 64))).compile()
+  finally:
+    stop.set()
+    looker.join()
+  assert any(seen)  # during the compile
+  after = []
+  later = threading.Thread(target=lambda: after.append(in_compiler(sys._current_frames()[main])))
+  later.start()
+  later.join()
+  assert after == [False]  # and not once it returned
