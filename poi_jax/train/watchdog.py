@@ -26,7 +26,9 @@ counter, no device sync), the heartbeat publishes it, and process 0 names a proc
 progress stayed behind another's for ``stuck_timeout_s`` (``distributed.stuck_timeout_s``). The
 clock starts when another process moves past it, not at its own last step, so the first step's
 compilation, an evaluation or a checkpoint save (which every process does together) never
-count: only a process that the others have left behind. A hang that all processes share (a
+count: only a process that the others have left behind. A process whose main thread is in JAX's
+compiler (`main_thread_compiling`, read once a beat) is busy, not behind: one process may
+compile for minutes longer than another (a persistent-cache miss where the other hit). A hang that all processes share (a
 collective every process waits in) is not named; the cluster's job time limit ends it.
 
 The main thread may see the loss first (a collective fails); `Watchdog.explain` then waits up to
