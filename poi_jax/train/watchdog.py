@@ -225,7 +225,7 @@ class Watchdog:
       fresh = i == self.index or now - self._seen[i][1] <= max(3 * self.beat_s, 3.0)
       if since is None or not fresh or now - since <= self.stuck_timeout_s:
         continue
-      ticks, step, phase, changed = self._progress[i]
+      _, step, phase, changed = self._progress[i]
       lead = max(range(self.count), key=lambda j: self._progress[j][0])
       where = f"after step {step}" if step is not None else "before its first step"
       ahead = self._progress[lead][1]
