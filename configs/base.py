@@ -147,6 +147,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.distributed.heartbeat_timeout_s = 100
   c.distributed.shutdown_timeout_s = 300
   c.distributed.watchdog_timeout_s = 30
+  # A process alive but left behind (a deadlocked input pipeline, a hang in Python: jax#38503)
+  # for this long after another one moved past its step is named and the run stops; 0 turns
+  # the check off. Compilation, evaluations and saves do not count (docs/reliability.md).
+  c.distributed.stuck_timeout_s = 300
 
   # ---- runtime (process-wide; applied by the entry points: main, Reader, bench) -------------
   # poi_jax/runtime.py says what each does and why; docs/results.md has the measurements.

@@ -16,9 +16,9 @@
 #                     SIGKILL (default 45; their watchdog stops them within
 #                     config.distributed.watchdog_timeout_s, 30 by default)
 # Every argument after "--" goes to `python -m poi_jax.main`. Exit status: the first non-zero
-# status of the processes (143 = preempted by SIGTERM, checkpoint saved; 137 = one was killed;
-# 70 = one stopped because another was lost), else 0. Relaunch the same command to resume from
-# the last checkpoint (docs/reliability.md).
+# status of the processes, the cause preferred (143 = preempted by SIGTERM, checkpoint saved;
+# 137 = one was killed; 70 = one stopped because another was lost or stuck), else 0. Relaunch
+# the same command to resume from the last checkpoint (docs/reliability.md).
 set -euo pipefail
 
 DRY_RUN=0
@@ -60,7 +60,10 @@ done
 echo "started ${NPROCS} processes; logs in ${LOG_DIR}" >&2
 # As torchrun's agent does: the first process to fail takes the others down. They get GRACE_S
 # seconds to notice by themselves (their watchdog prints one line naming the lost process and
-# exits, poi_jax/train/watchdog.py), then SIGKILL. The exit status is the failed process's.
+# exits, poi_jax/train/watchdog.py), then SIGKILL. The exit status is the failed process's: a
+# process that stopped because another was lost (70) can be reaped before the lost one, so a
+# later status other than 70 (the cause: 137 for a SIGKILL) replaces it.
+LOST=70
 status=0
 live=("${pids[@]}")
 while (( ${#live[@]} > 0 )); do
@@ -70,18 +73,30 @@ while (( ${#live[@]} > 0 )); do
   next=()
   for pid in "${live[@]}"; do [[ "${pid}" != "${done_pid}" ]] && next+=("${pid}"); done
   live=("${next[@]}")
-  if [[ "${rc}" != 0 && "${status}" == 0 ]]; then
-    status="${rc}"
-    for ((i = 0; i < NPROCS; i++)); do [[ "${pids[$i]}" == "${done_pid}" ]] && failed=$i; done
-    why="status ${rc}"
-    if (( rc > 128 )); then why+=" ($(kill -l $((rc - 128)) 2>/dev/null || echo signal))"; fi
-    echo "process ${failed:-?} failed with ${why}; stopping the others (${GRACE_S}s grace)" >&2
-    (
-      sleep "${GRACE_S}"
-      kill -KILL "${pids[@]}" 2>/dev/null || true
-    ) &
-    killer=$!
+  # (a success, or a failure after the first one that is no better cause than it)
+  if [[ "${rc}" == 0 ]] || [[ "${status}" != 0 && ( "${status}" != "${LOST}" \
+                                                   || "${rc}" == "${LOST}" ) ]]; then
+    continue
   fi
+  status="${rc}"
+  for ((i = 0; i < NPROCS; i++)); do [[ "${pids[$i]}" == "${done_pid}" ]] && failed=$i; done
+  why="status ${rc}"
+  if (( rc > 128 )); then why+=" ($(kill -l $((rc - 128)) 2>/dev/null || echo signal))"; fi
+  if [[ -n "${killer:-}" ]]; then
+    echo "process ${failed:-?} failed with ${why}" >&2
+    continue
+  fi
+  echo "process ${failed:-?} failed with ${why}; stopping the others (${GRACE_S}s grace)" >&2
+  # (Its own stdio, and its sleep ended with it: a caller reading the launcher's output must
+  # not wait GRACE_S for a sleep that still holds the pipe.)
+  (
+    sleep "${GRACE_S}" &
+    sleeper=$!
+    trap 'kill "${sleeper}" 2>/dev/null; exit 0' TERM
+    wait "${sleeper}"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+  ) </dev/null >/dev/null 2>&1 &
+  killer=$!
 done
 if [[ -n "${killer:-}" ]]; then kill "${killer}" 2>/dev/null || true; fi
 if [[ "${status}" != 0 ]]; then

@@ -23,6 +23,9 @@
 # config.distributed.heartbeat_timeout_s, default 100 s). On a busy shared file system raise
 # both together, e.g. --config.distributed.watchdog_timeout_s=60
 # --config.distributed.heartbeat_timeout_s=120; resubmit to resume (docs/reliability.md).
+# The loss of process 0 (it hosts JAX's coordination service) is one line on every other task
+# within a second. A task alive but hung (a deadlocked input pipeline) is named by every task
+# config.distributed.stuck_timeout_s (default 300 s; 0: off) after the others moved past it.
 set -euo pipefail
 
 DRY_RUN=0

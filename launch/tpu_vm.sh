@@ -22,7 +22,10 @@
 # `gcloud ... --worker=all` returns instead of idling the slice until JAX's heartbeat timeout
 # (config.distributed.heartbeat_timeout_s, 100 s). Large slices whose first compile or
 # initialization is slow: raise config.distributed.initialization_timeout_s. Run the same command
-# again to resume from the last checkpoint (docs/reliability.md).
+# again to resume from the last checkpoint (docs/reliability.md). Worker 0 hosts JAX's
+# coordination service: its loss is one line on every other worker within a second. A worker
+# alive but hung (its input pipeline deadlocked) is named by every worker
+# config.distributed.stuck_timeout_s (default 300 s; 0: off) after the others moved past it.
 set -euo pipefail
 
 DRY_RUN=0

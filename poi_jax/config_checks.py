@@ -49,6 +49,7 @@ _RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "distributed.heartbeat_timeout_s": (lambda v: v >= 1, ">= 1"),
     "distributed.shutdown_timeout_s": (lambda v: v >= 1, ">= 1"),
     "distributed.watchdog_timeout_s": (lambda v: v >= 0, ">= 0 (0: no watchdog)"),
+    "distributed.stuck_timeout_s": (lambda v: v >= 0, ">= 0 (0: no stuck-process check)"),
     "mesh.data": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (the rest of the devices)"),
     "mesh.fsdp": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),
     "mesh.tensor": (lambda v: v == -1 or v >= 1, ">= 1, or -1"),

@@ -94,9 +94,11 @@ def describe(config, workdir: str, *, write_config: bool) -> str:
 
 def init_distributed(config=None) -> None:
   """`jax.distributed.initialize` from the flags, or from the environment with
-  --distributed=auto, with the timeouts of ``config.distributed``; then the lost-process
-  watchdog (`poi_jax.train.watchdog`)."""
+  --distributed=auto, with the timeouts of ``config.distributed`` and one line instead of JAX's
+  fatal log when the coordinator is lost (`poi_jax.train.coordination`); then the lost- and
+  stuck-process watchdog (`poi_jax.train.watchdog`)."""
   import jax
+  from poi_jax.train import coordination
   section = (config.get("distributed", None) if config is not None else None) or {}
   timeouts = {name: int(section[key]) for name, key in (
       ("initialization_timeout", "initialization_timeout_s"),
@@ -105,15 +107,16 @@ def init_distributed(config=None) -> None:
   if _COORDINATOR.value:
     if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
       raise app.UsageError("--coordinator_address needs --num_processes and --process_id")
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                               **timeouts)
+    coordination.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                            **timeouts)
   elif _DISTRIBUTED.value == "auto":
-    jax.distributed.initialize(**timeouts)
+    coordination.initialize(**timeouts)
   else:
     return
   from poi_jax.train import watchdog
   watchdog.start(jax.process_index(), jax.process_count(),
-                 timeout_s=float(section.get("watchdog_timeout_s", 0)))
+                 timeout_s=float(section.get("watchdog_timeout_s", 0)),
+                 stuck_timeout_s=float(section.get("stuck_timeout_s", 0)))
 
 
 def main(argv):
@@ -146,6 +149,7 @@ def main(argv):
     if mode != "describe":
       loop.train_and_evaluate(config, workdir, mode, output_dir=_OUTPUT_DIR.value)
   except (encoders.CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
+    _lost_process_first(e)
     print(f"error: {e}", file=sys.stderr)
     _stop_the_other_processes(f"error: {e}", 1)
     return 1
@@ -170,6 +174,17 @@ def main(argv):
       _stop_the_other_processes(f"{type(e).__name__}: {first}", 1)
     raise
   return 0
+
+
+def _lost_process_first(error: BaseException) -> None:
+  """Multi-process runs: a collective that failed because another process is gone raises a
+  ValueError too (gloo: "Connection reset by peer"); JAX's client reports a lost coordinator
+  within a second (`poi_jax.train.coordination`), so a few seconds' wait lets that line, naming
+  the process, be the last word (the process then ends there). Single process: nothing."""
+  from poi_jax.train import watchdog
+  if watchdog.active() is not None:
+    collective = re.search(r"gloo|connection|socket|unavailable", str(error), re.IGNORECASE)
+    watchdog.active().explain(error, wait_s=None if collective else 3.0)
 
 
 def _stop_the_other_processes(line: str, exit_code: int) -> None:

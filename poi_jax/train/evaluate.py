@@ -22,6 +22,7 @@ from poi_jax import faults
 from poi_jax.data.loader import eval_batches
 from poi_jax.io import default_mode, write_json_atomic
 from poi_jax.train import placement
+from poi_jax.train import watchdog
 from poi_jax.train.setup import config_dict
 
 
@@ -38,6 +39,7 @@ def predict(run, split, batch_size: int, *, desc: str = "predict") -> dict[str, 
   for local in tqdm(batches, total=n_batches, desc=desc, unit="batch", leave=False,
                     dynamic_ncols=True, disable=not run.is_chief):
     out = sharded.predict_step(sharded.state, placement.global_batch(local, sharded.mesh))
+    watchdog.progress(phase="evaluating")  # (before the gather; see the training loop)
     outs.append(placement.to_host(out))
   return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
 

@@ -43,6 +43,7 @@ from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import nonfinite
 from poi_jax.train import placement
 from poi_jax.train import step as step_lib
+from poi_jax.train import watchdog
 from poi_jax.train.metrics import MetricWriter
 from poi_jax.train.setup import MODES, Run, setup_run
 
@@ -171,6 +172,9 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       bar.update(1)
       window.append(out)
       extra: dict = {}  # logged beside the loss
+      # Progress for the stuck-process check (a Python counter): just before the step's
+      # all-gather, so a process hung anywhere else in the step stays one step behind the others.
+      watchdog.progress(step)
       preempt = watcher.requested()  # (one all-gather per step in a multi-process run)
       if step == first_step:  # compiled and ran: time from here
         jax.block_until_ready(out)

@@ -6,22 +6,30 @@ then wait in ``jax.distributed.shutdown`` for ``shutdown_timeout_seconds``, or b
 collective until the coordination service's heartbeat timeout aborts them with a C++ fatal log.
 
 `Watchdog` (started by `poi_jax.main` right after ``jax.distributed.initialize``): a thread
-in each process writes a counter under ``poi_jax/alive/<process>`` in the coordination
-service's key-value store every ``beat_s`` seconds; process 0 reads them all, and a process
+in each process writes a counter (and its progress, below) under ``poi_jax/alive/<process>``
+in the coordination service's key-value store every ``beat_s`` seconds; process 0 reads them all, and a process
 whose counter has not moved for ``timeout_s`` is lost: process 0 posts that verdict under
 ``poi_jax/verdict/``, which every process reads each beat (so the store answers O(N) requests a
 beat, not N x N). A coordinator that stops answering for ``timeout_s`` is lost too. Each
 process then prints one line naming the lost one (``lost process 1 of 2: no heartbeat for 10 s
 ...``) and ends at once with `ProcessLost.exit_code` (``os._exit``: no atexit shutdown barrier
 that would wait for the dead process). ``timeout_s`` sits below JAX's own heartbeat timeout
-(``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. A process that
-is alive but stuck (a hung collective, jax#38503) still beats: the cluster's own job timeout or
-the launcher's kill covers that. Nor is the loss of process 0's host one line: JAX's client
-aborts every other process at once (within a second, with its own fatal log naming "the leader
-task") when the coordination service it hosts disappears; its fatal-error callback cannot be
-replaced from Python in jax 0.10 (the jaxlib binding aborts converting the status), so the
-launchers' one line (`launch/local_multiprocess.sh`: ``process 0 failed with status 137``)
-names it there.
+(``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. The loss of
+process 0 itself (the host of the coordination service) is said by
+`poi_jax.train.coordination`, which JAX's client calls within a second; it names the step from
+here.
+
+A process that is alive but stuck (a deadlocked input pipeline, a hang in Python: its heartbeat
+thread still beats, so neither this nor JAX's heartbeat sees it, jax#38503) is caught by
+progress: the training loop calls `progress` at every step and evaluation batch (a Python
+counter, no device sync), the heartbeat publishes it, and process 0 names a process whose
+progress stayed behind another's for ``stuck_timeout_s`` (``distributed.stuck_timeout_s``). The
+clock starts when another process moves past it, not at its own last step, so the first step's
+compilation, an evaluation or a checkpoint save (which every process does together) never
+count: only a process that the others have left behind. A process whose main thread is in JAX's
+compiler (`main_thread_compiling`, read once a beat) is busy, not behind: one process may
+compile for minutes longer than another (a persistent-cache miss where the other hit). A hang that all processes share (a
+collective every process waits in) is not named; the cluster's job time limit ends it.
 
 The main thread may see the loss first (a collective fails); `Watchdog.explain` then waits up to
 ``timeout_s`` for the verdict, so the line names the lost process instead of a gloo error.
@@ -37,6 +45,53 @@ from poi_jax.faults import ProcessLost
 
 _PREFIX = "poi_jax/alive/"
 _VERDICT = "poi_jax/verdict/"
+_RESUME = "Checkpoints saved so far are kept: run the same command again to resume"
+
+
+def write_line(verdict: str) -> None:
+  """Writes ``error: <verdict>. <how to resume>`` to stderr as the process's last line: with one
+  ``write`` to the file descriptor (it may run in a C++ thread while the main thread holds
+  Python's stderr buffer)."""
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+  except Exception:  # (a closed or busy stream: the line still goes out below)
+    pass
+  os.write(2, f"\nerror: {verdict}. {_RESUME}\n".encode(errors="replace"))
+
+
+def _parse(value: str) -> tuple[int, int, int | None, str, bool]:
+  """A published heartbeat ``"<beat> <progress ticks> <step> <phase> <compiling 0/1>"``
+  (-1: unknown)."""
+  parts = (value or "").split()
+  nums = [int(p) if p.lstrip("-").isdigit() else -1 for p in parts[:3]] + [-1] * 3
+  step = nums[2] if len(parts) > 2 and nums[2] >= 0 else None
+  return (nums[0], nums[1], step, parts[3] if len(parts) > 3 else "training",
+          len(parts) > 4 and parts[4] == "1")
+
+
+# Where a main thread is compiling (or tracing / lowering for a compile): JAX's compiler module,
+# and the lowering and tracing entry points of jit. A process there is busy, not stuck: its
+# compile may take minutes longer than another process's (a persistent-cache miss where the
+# other hit).
+_COMPILER_FILE = os.path.join("jax", "_src", "compiler.py")
+_COMPILE_FUNCTIONS = frozenset({"lower_sharding_computation", "_cached_lowering_to_hlo",
+                                "_create_pjit_jaxpr", "trace_to_jaxpr"})
+
+
+def in_compiler(frame) -> bool:
+  """Whether ``frame`` or a caller of it is in JAX's compiler, or tracing / lowering for it."""
+  while frame is not None:
+    code = frame.f_code
+    if code.co_filename.endswith(_COMPILER_FILE) or code.co_name in _COMPILE_FUNCTIONS:
+      return True
+    frame = frame.f_back
+  return False
+
+
+def main_thread_compiling() -> bool:
+  """Whether the main thread is compiling now (read once a beat by the heartbeat thread)."""
+  return in_compiler(sys._current_frames().get(threading.main_thread().ident))
 
 
 def _client():
@@ -50,20 +105,33 @@ class Watchdog:
   Args:
     process_index, process_count: this process and the number of processes.
     timeout_s: seconds without a heartbeat after which a process is lost.
+    stuck_timeout_s: seconds a process may stay behind another's progress (0: not checked).
     beat_s: seconds between heartbeats.
+    busy_fn: whether this process's main thread is compiling now (tests replace it).
     exit_fn: what ends the process (tests replace it); receives the exit code.
   """
 
   def __init__(self, process_index: int, process_count: int, *, timeout_s: float,
-               beat_s: float = 1.0, client=None, exit_fn=os._exit):
+               stuck_timeout_s: float = 0.0, beat_s: float = 1.0, client=None,
+               busy_fn=main_thread_compiling, exit_fn=os._exit):
     self.index, self.count = process_index, process_count
     self.timeout_s, self.beat_s = float(timeout_s), float(beat_s)
+    now = time.monotonic()
+    self.stuck_timeout_s = float(stuck_timeout_s)
+    # This process's progress (`progress`): ticks count steps and evaluation batches, which
+    # every process makes in the same order; the step and phase are for the lines.
+    self.ticks, self.step, self.phase = 0, None, "start"
+    # Process 0's view of everyone's progress: process -> (ticks, step, phase, when it changed),
+    # and since when another process has been ahead of it (None: not behind).
+    self._progress = {i: (0, None, "start", now) for i in range(process_count)}
+    self._busy = busy_fn
+    self._behind: dict[int, float | None] = {i: None for i in range(process_count)}
+    self._failing = threading.Lock()
     self._client = client
     self._exit = exit_fn
     self._stop = threading.Event()
     self.verdict: str | None = None
     self._found = threading.Event()
-    now = time.monotonic()
     self._seen = {i: (-1, now) for i in range(process_count)}  # process -> (counter, when)
     self._last_ok = now
     self.posted: str | None = None  # a verdict posted by another process (or its error)
@@ -80,20 +148,49 @@ class Watchdog:
   def stop(self) -> None:
     self._stop.set()
 
+  def progress(self, step: int | None = None, phase: str = "training") -> None:
+    """Called by the main thread at each training step and evaluation batch (cheap: no sync)."""
+    self.ticks += 1
+    if step is not None:
+      self.step = step
+    self.phase = phase
+
+  def stalest(self) -> tuple[int, float] | None:
+    """(process, seconds since its last heartbeat) of the longest-silent other process, as
+    process 0 sees them (None elsewhere, or when every one beat within two beats)."""
+    if self.index != 0:
+      return None
+    now = time.monotonic()
+    ages = [(now - when, i) for i, (_, when) in self._seen.items() if i != self.index]
+    age, i = max(ages, default=(0.0, -1))
+    return (i, age) if age > 2 * self.beat_s else None
+
+  def _observe(self, values: dict, now: float) -> None:
+    """Process 0: updates the heartbeat and progress views from the published values."""
+    for i in range(self.count):
+      beat, ticks, step, phase, compiling = _parse(values.get(f"{_PREFIX}{i}", ""))
+      if beat != self._seen[i][0]:
+        self._seen[i] = (beat, now)
+      if ticks != self._progress[i][0] or compiling:  # compiling is progress too
+        self._progress[i] = (ticks, step, phase, now)
+        self._behind[i] = None
+    lead = max(p[0] for p in self._progress.values())
+    for i, (ticks, *_rest) in self._progress.items():
+      if ticks < lead and self._behind[i] is None:  # (compiling: reset above, every beat)
+        self._behind[i] = now  # another process moved past it: its clock starts now
+
   def _beat(self) -> None:
     beat = 0
     while not self._stop.is_set():
       beat += 1
       try:
-        self._client.key_value_set(f"{_PREFIX}{self.index}", str(beat), allow_overwrite=True)
+        busy = 1 if self.stuck_timeout_s > 0 and self._busy() else 0
+        published = (f"{beat} {self.ticks} {-1 if self.step is None else self.step} "
+                     f"{self.phase} {busy}")
+        self._client.key_value_set(f"{_PREFIX}{self.index}", published, allow_overwrite=True)
         now = time.monotonic()
         if self.index == 0:  # process 0 watches everyone (N reads a beat, not N x N)
-          values = dict(self._client.key_value_dir_get(_PREFIX))
-          for i in range(self.count):
-            value = values.get(f"{_PREFIX}{i}", "-1")
-            counter = int(value) if value.lstrip("-").isdigit() else -1
-            if counter != self._seen[i][0]:
-              self._seen[i] = (counter, now)
+          self._observe(dict(self._client.key_value_dir_get(_PREFIX)), now)
         verdict = dict(self._client.key_value_dir_get(_VERDICT))
         if verdict:
           self.posted = next(iter(verdict.values()))
@@ -109,13 +206,34 @@ class Watchdog:
     me = f"; stopping process {self.index}"
     if self.posted:  # another process's verdict, or its own error (`announce`)
       return self.posted + me
+    at = f" at step {self.step}" if self.step is not None else ""
     if self.index != 0 and now - self._last_ok > self.timeout_s:
-      return (f"lost process 0 of {self.count} (the coordinator): no answer for "
-              f"{now - self._last_ok:.0f} s{me}")
+      return (f"lost process 0 of {self.count} (the coordinator: it hosts JAX's coordination "
+              f"service){at}: no answer for {now - self._last_ok:.0f} s (stopped, hung, or its "
+              f"host is unreachable){me}")
     for i, (_, when) in self._seen.items() if self.index == 0 else ():
       if i != self.index and now - when > self.timeout_s:
-        return (f"lost process {i} of {self.count}: no heartbeat for {now - when:.0f} s "
+        return (f"lost process {i} of {self.count}{at}: no heartbeat for {now - when:.0f} s "
                 f"(killed, crashed or its host is gone){me}")
+    if self.index == 0 and self.stuck_timeout_s > 0:
+      return self._stuck(now, me)
+    return None
+
+  def _stuck(self, now: float, me: str) -> str | None:
+    """The line for a process left behind for ``stuck_timeout_s`` while still beating."""
+    for i, since in self._behind.items():
+      fresh = i == self.index or now - self._seen[i][1] <= max(3 * self.beat_s, 3.0)
+      if since is None or not fresh or now - since <= self.stuck_timeout_s:
+        continue
+      _, step, phase, changed = self._progress[i]
+      lead = max(range(self.count), key=lambda j: self._progress[j][0])
+      where = f"after step {step}" if step is not None else "before its first step"
+      ahead = self._progress[lead][1]
+      return (f"process {i} of {self.count} is stuck {where} ({phase}): no progress for "
+              f"{now - changed:.0f} s while process {lead} reached "
+              f"{'step %d' % ahead if ahead is not None else 'its first step'} (alive but hung: "
+              f"a deadlocked input pipeline or a hang in Python; distributed.stuck_timeout_s="
+              f"{self.stuck_timeout_s:g}){me}")
     return None
 
   def _watch(self) -> None:
@@ -128,11 +246,13 @@ class Watchdog:
   def fail(self, verdict: str) -> None:
     """Prints ``verdict`` (the run's last word) and ends the process; process 0 first posts it
     for the others (they watch only it)."""
+    if not self._failing.acquire(blocking=False):  # another thread is already ending it
+      while True:
+        time.sleep(60)
     self.verdict = verdict
     self._stop.set()
     self._found.set()
-    print(f"\nerror: {verdict}. Checkpoints saved so far are kept: run the same command again "
-          f"to resume", file=sys.stderr, flush=True)
+    write_line(verdict)
     if not self.posted and self.index == 0:
       self._post(verdict.rsplit("; stopping process", 1)[0])
     self._exit(ProcessLost.exit_code)
@@ -157,10 +277,12 @@ class Watchdog:
     poster.start()
     poster.join(timeout=2 * self.beat_s + 2)
 
-  def explain(self, error: BaseException) -> None:
+  def explain(self, error: BaseException, wait_s: float | None = None) -> None:
     """Called when the main thread failed in a multi-process run: if a process was lost (now
-    or within ``timeout_s``), that is the cause, said in one line, and the process ends."""
-    deadline = time.monotonic() + self.timeout_s + 2 * self.beat_s
+    or within ``wait_s``, default ``timeout_s``), that is the cause, said in one line, and the
+    process ends."""
+    wait_s = self.timeout_s if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s + 2 * self.beat_s
     while time.monotonic() < deadline and not self._stop.is_set():
       if self._found.wait(0.2):
         break
@@ -172,14 +294,22 @@ class Watchdog:
 _ACTIVE: Watchdog | None = None
 
 
-def start(process_index: int, process_count: int, *, timeout_s: float) -> Watchdog | None:
+def start(process_index: int, process_count: int, *, timeout_s: float,
+          stuck_timeout_s: float = 0.0) -> Watchdog | None:
   """Starts the process's watchdog (None for a single process or ``timeout_s <= 0``)."""
   global _ACTIVE
   if process_count <= 1 or timeout_s <= 0:
     return None
-  _ACTIVE = Watchdog(process_index, process_count, timeout_s=timeout_s).start()
+  _ACTIVE = Watchdog(process_index, process_count, timeout_s=timeout_s,
+                     stuck_timeout_s=stuck_timeout_s).start()
   return _ACTIVE
 
 
 def active() -> Watchdog | None:
   return _ACTIVE
+
+
+def progress(step: int | None = None, phase: str = "training") -> None:
+  """The main thread's progress mark (a no-op without a watchdog); see `Watchdog.progress`."""
+  if _ACTIVE is not None:
+    _ACTIVE.progress(step, phase)

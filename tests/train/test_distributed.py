@@ -1,7 +1,8 @@
 """Two CPU processes joined by `jax.distributed` (through launch/local_multiprocess.sh) train the
 tiny config and log the same losses as one process with the same global batch; when one of them
-is SIGKILLed, the other stops within seconds in one line naming it, the launcher returns the
-killed process's status, and the same command resumes to the same losses."""
+is SIGKILLed (process 0, the coordinator, by default; process 1 in the slow suite), the other
+stops within seconds in one line naming it, the launcher returns the killed process's status,
+and the same command resumes to the same losses."""
 import os
 import signal
 import subprocess
@@ -52,10 +53,16 @@ def _pid_of(workdir, process_id) -> int | None:
   return None
 
 
+@pytest.mark.parametrize("victim", [
+    0,  # the coordinator, host of JAX's coordination service (poi_jax/train/coordination.py)
+    # the watchdog's heartbeat (slow; without a model: tests/train/test_lost_process.py)
+    pytest.param(1, marks=pytest.mark.slow),
+])
 def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_path,
-                                                                           one_process):
+                                                                           one_process, victim):
   work, logs = tmp_path / "w", tmp_path / "logs"
-  run = _launch(work, logs, "--config.distributed.watchdog_timeout_s=10", port_offset=1)
+  run = _launch(work, logs, "--config.distributed.watchdog_timeout_s=10",
+                port_offset=1 + 10 * victim)
   metrics = work / "metrics.jsonl"
   deadline = time.time() + 400
   while time.time() < deadline and run.poll() is None:
@@ -63,25 +70,37 @@ def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_pa
       break
     time.sleep(0.02)
   assert run.poll() is None, "the run ended before a process could be killed"
-  victim = _pid_of(work, 1)
-  assert victim is not None
-  os.kill(victim, signal.SIGKILL)
+  pid = _pid_of(work, victim)
+  assert pid is not None
+  os.kill(pid, signal.SIGKILL)
   killed_at = time.time()
   _, err = run.communicate(timeout=120)
   took = time.time() - killed_at
-  survivor = (logs / "proc0.log").read_text()
+  survivor = (logs / f"proc{1 - victim}.log").read_text()
   assert run.returncode == 137, err + survivor[-3000:]  # the killed process's status
   assert took < 60, took
-  assert "process 1 failed with status 137 (KILL)" in err
+  assert f"process {victim} failed with status 137 (KILL)" in err
   last = survivor.strip().splitlines()[-1]
-  assert last.startswith("error: lost process 1 of 2"), survivor[-3000:]
+  if victim == 0:  # JAX's client notices at once; the line, not its fatal log
+    assert took < 15, took
+    assert last.startswith("error: lost process 0 of 2 (the coordinator: it hosts JAX's "
+                           "coordination service) at step "), survivor[-3000:]
+    assert len([l for l in survivor.splitlines() if "process 0" in l]) == 1, survivor[-3000:]
+  else:
+    assert last.startswith("error: lost process 1 of 2 at step "), survivor[-3000:]
+  assert last.endswith("; stopping process %d. Checkpoints saved so far are kept: run the same "
+                       "command again to resume" % (1 - victim)), last
   assert "Traceback" not in survivor and "Fatal Python error" not in survivor
   assert "*** Check failure" not in survivor and "F0000" not in survivor  # no C++ fatal log
+  assert "terminate called" not in survivor and "bad_cast" not in survivor
   logged = er.losses(work)
   assert max(logged) < STEPS, "the kill came too late to test a resume"
-  assert "2 process(es)" in survivor
+  assert "2 process(es)" in (logs / "proc0.log").read_text()
+  # The step named is the survivor's last (the loop reports each step to the watchdog).
+  named = int(last.split(" at step ")[1].split(":")[0])
+  assert max(logged) <= named <= max(logged) + 2, (named, max(logged))
 
-  again = _launch(work, tmp_path / "logs2", port_offset=2)  # the same command again
+  again = _launch(work, tmp_path / "logs2", port_offset=2 + 10 * victim)  # the same command
   _, err = again.communicate(timeout=600)
   logs2 = _logs(tmp_path / "logs2")
   assert again.returncode == 0, err + logs2[-4000:]
@@ -148,3 +167,24 @@ def test_cluster_launchers_dry_run():
   missing = subprocess.run(["bash", "launch/tpu_vm.sh", "--dry-run"], cwd=er.ROOT, env=env,
                            capture_output=True, text=True, timeout=60)
   assert missing.returncode != 0 and "TPU_NAME" in missing.stderr
+
+
+def test_launcher_reports_the_cause_and_does_not_wait_out_the_grace(tmp_path):
+  """A stand-in for `python` (no JAX): process 1 stops with 70 (it saw another one lost) just
+  before process 0 is SIGKILLed. The launcher returns 137, the cause, not the first status it
+  reaped, and a caller reading its output is not held for GRACE_S by the killer's sleep."""
+  fake = tmp_path / "python"
+  fake.write_text("#!/bin/bash\n"
+                  "for a in \"$@\"; do case $a in --process_id=*) id=${a#*=};; esac; done\n"
+                  "if [ \"$id\" = 1 ]; then sleep 0.2; exit 70; fi\n"
+                  "sleep 0.8; kill -KILL $$\n")
+  fake.chmod(0o755)
+  env = er.env(1)
+  env.update(NPROCS="2", GRACE_S="30", LOG_DIR=str(tmp_path / "logs"), PYTHON=str(fake))
+  started = time.time()
+  out = subprocess.run(["bash", "launch/local_multiprocess.sh", "--", "--x"], cwd=er.ROOT,
+                       env=env, capture_output=True, text=True, timeout=60)
+  assert time.time() - started < 20
+  assert out.returncode == 137, out.stderr
+  assert "process 1 failed with status 70; stopping the others (30s grace)" in out.stderr
+  assert "process 0 failed with status 137 (KILL)" in out.stderr

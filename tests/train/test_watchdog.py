@@ -40,7 +40,7 @@ def _wait(cond, seconds=5.0):
   return cond()
 
 
-def test_a_silent_process_is_named_and_the_other_exits(capsys):
+def test_a_silent_process_is_named_and_the_other_exits(capfd):
   kv = _FakeKV()
   dogs, exits = _pair(kv)
   for d in dogs:
@@ -50,7 +50,7 @@ def test_a_silent_process_is_named_and_the_other_exits(capsys):
   dogs[1].stop()  # process 1 dies: its beats stop
   assert _wait(lambda: exits[0] == [ProcessLost.exit_code])
   assert dogs[0].verdict.startswith("lost process 1 of 2: no heartbeat for")
-  err = capsys.readouterr().err.strip().splitlines()
+  err = capfd.readouterr().err.strip().splitlines()
   assert err[-1].startswith("error: lost process 1 of 2") and "resume" in err[-1]
 
 
@@ -94,3 +94,170 @@ def test_process_0_posts_the_verdict_for_the_others():
   assert dogs[0].verdict.endswith("stopping process 0")
   assert dogs[1].verdict.startswith("lost process 2 of 3: no heartbeat")
   assert dogs[1].verdict.endswith("gone); stopping process 1")
+
+
+def _stepping(dog, steps, pause=0.0):
+  for s in steps:
+    dog.progress(s)
+    time.sleep(pause)
+
+
+def test_a_process_left_behind_while_alive_is_named_by_both():
+  """Process 1 stops making progress after step 5 (its heartbeat thread still beats: alive but
+  hung); process 0 moves on to step 6 and waits; after ``stuck_timeout_s`` both end, naming 1."""
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  for s in range(1, 6):
+    for d in dogs:
+      d.progress(s)
+    time.sleep(0.06)
+  dogs[0].progress(6)  # process 0 reached step 6 (then waits in its all-gather)
+  time.sleep(0.3)
+  assert exits == {0: [], 1: []}  # not yet: behind for less than stuck_timeout_s
+  assert _wait(lambda: exits[0] == exits[1] == [ProcessLost.exit_code])
+  assert dogs[0].verdict.startswith("process 1 of 2 is stuck after step 5 (training): no "
+                                    "progress for ")
+  assert "while process 0 reached step 6" in dogs[0].verdict
+  assert dogs[1].verdict.endswith("stuck_timeout_s=0.5); stopping process 1")
+
+
+def test_a_pause_every_process_shares_is_not_stuck_and_the_clock_starts_when_one_moves_on():
+  """A long first step (compilation) or evaluation pauses every process: nobody is behind. When
+  process 0 then moves on, process 1 (whose last progress is long past) follows within the
+  timeout: no verdict, because the clock starts when process 0 moved, not at 1's last step."""
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  time.sleep(1.2)  # the shared pause, well over stuck_timeout_s
+  dogs[0].progress(1)
+  time.sleep(0.3)  # process 1 is slower (a contended step) but well within the timeout
+  dogs[1].progress(1)
+  dogs[1].progress(phase="evaluating")  # evaluation batches count as progress too
+  dogs[0].progress(phase="evaluating")
+  time.sleep(0.8)
+  assert exits == {0: [], 1: []}, (dogs[0].verdict, dogs[1].verdict)
+  for d in dogs:
+    d.stop()
+
+
+def test_stuck_timeout_0_turns_the_check_off():
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0, beat_s=0.05, client=kv,
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  dogs[0].progress(1)  # process 1 never follows
+  time.sleep(1.0)
+  assert exits == {0: [], 1: []}
+  for d in dogs:
+    d.stop()
+
+
+def test_the_coordinators_loss_is_named_from_its_silent_address():
+  """`poi_jax.train.coordination.verdict`: what JAX's client callback (or the terminate guard)
+  prints. The real thing, with a SIGKILLed process 0: tests/train/test_lost_process.py."""
+  from poi_jax.train.coordination import coordinator_answers, verdict
+  dog = Watchdog(1, 2, timeout_s=30, client=_FakeKV(), exit_fn=lambda code: None)
+  dog.progress(7)
+  line = verdict(1, 2, "10.0.0.1:1234", watchdog=dog, answers=lambda address: False)
+  assert line == ("lost process 0 of 2 (the coordinator: it hosts JAX's coordination service) "
+                  "at step 7: 10.0.0.1:1234 no longer answers (killed, crashed or its host is "
+                  "gone)")
+  dog.posted = "process 0 of 2 stopped (error: non-finite loss at step 7 ...)"  # said, then gone
+  assert verdict(1, 2, "10.0.0.1:1234", watchdog=dog, answers=lambda a: False) == dog.posted
+  # Process 0 (the service answers): the process whose heartbeat stopped is the one named.
+  zero = Watchdog(0, 2, timeout_s=30, client=_FakeKV(), exit_fn=lambda code: None)
+  zero._seen[1] = (5, time.monotonic() - 40)
+  assert verdict(0, 2, "127.0.0.1:1", watchdog=zero).startswith(
+      "lost process 1 of 2: JAX's coordination service declared it dead (no heartbeat for 40 s)")
+  assert not coordinator_answers("127.0.0.1:1", tries=1)  # (port 1: nothing listens)
+
+
+def test_the_client_gets_the_callback_only_during_initialize():
+  """`coordination._client_callback` hands JAX's client our callback (jax.distributed.initialize
+  passes none) and puts the jaxlib function back afterwards; a jaxlib without the argument is
+  left alone."""
+  import types
+  from poi_jax.train import coordination
+  calls = []
+
+  def client(address, node_id, **kwargs):
+    """get_distributed_runtime_client(..., missed_heartbeat_callback=None, ...)"""
+    calls.append(kwargs)
+
+  fake = types.SimpleNamespace(_jax=types.SimpleNamespace(get_distributed_runtime_client=client))
+  with coordination._client_callback(fake, coordination._on_service_error):
+    fake._jax.get_distributed_runtime_client("127.0.0.1:1", 1, heartbeat_timeout=100)
+  assert calls == [{"heartbeat_timeout": 100,
+                    "missed_heartbeat_callback": coordination._on_service_error}]
+  assert fake._jax.get_distributed_runtime_client is client
+  client.__doc__ = "get_distributed_runtime_client(address, node_id)"  # an older jaxlib
+  with coordination._client_callback(fake, coordination._on_service_error):
+    assert fake._jax.get_distributed_runtime_client is client
+
+
+def test_a_process_compiling_longer_than_the_others_is_not_stuck():
+  """Process 1's compile takes far longer than process 0's (a persistent-cache miss where 0
+  hit): while its main thread is in JAX's compiler it counts as progressing; once it leaves it
+  without progress, the clock starts."""
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  compiling = [True]
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
+                   busy_fn=(lambda: False) if i == 0 else (lambda: compiling[0]),
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  dogs[0].progress(1)  # process 0 compiled and ran step 1
+  time.sleep(1.5)  # process 1 still compiling: three times the timeout
+  assert exits == {0: [], 1: []}, dogs[0].verdict
+  compiling[0] = False  # ... and now hung right after it
+  assert _wait(lambda: exits[0] == exits[1] == [ProcessLost.exit_code])
+  assert dogs[0].verdict.startswith("process 1 of 2 is stuck before its first step")
+
+
+def test_the_main_thread_is_seen_compiling_from_its_frames():
+  """`in_compiler` finds JAX's compiler (or jit's tracing / lowering) among a frame's callers;
+  a real compile seen from another thread, as the heartbeat thread sees it."""
+  import sys
+
+  import jax
+  import jax.numpy as jnp
+
+  from poi_jax.train.watchdog import in_compiler
+  namespace: dict = {}
+  exec(compile("import sys\nframe = sys._getframe()",
+               "/site-packages/jax/_src/compiler.py", "exec"), namespace)
+  assert in_compiler(namespace["frame"])
+  assert not in_compiler(sys._getframe())
+  seen = []
+  main = threading.get_ident()
+  stop = threading.Event()
+
+  def look():
+    while not stop.is_set():
+      seen.append(in_compiler(sys._current_frames().get(main)))
+      time.sleep(0.001)
+
+  looker = threading.Thread(target=look)
+  looker.start()
+  try:
+    f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum() * 3.0 + jnp.cos(x).mean())
+    f.lower(jnp.ones((64, 64))).compile()
+  finally:
+    stop.set()
+    looker.join()
+  assert any(seen)  # during the compile
+  after = []
+  later = threading.Thread(target=lambda: after.append(in_compiler(sys._current_frames()[main])))
+  later.start()
+  later.join()
+  assert after == [False]  # and not once it returned
