@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
+from poi_jax.data.features import passages as passages_lib
 from poi_jax.data.features.base import Features, trim_span
 from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, original_ids
 from poi_jax.data.records import SquadExample
@@ -82,7 +83,7 @@ _COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_st
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
                               doc_stride: int, max_query_length: int, is_training: bool,
                               with_pos: bool = True, pos_alignment: str = "offsets",
-                              pos_lowercase: bool = False) -> Features:
+                              pos_lowercase: bool = False, passages=None) -> Features:
   """Windows of every example; training drops answers whose text does not match the context at
   ``answer_start`` (counted in ``meta["skipped_mismatch"]``, as the original pipeline skips
   them).
@@ -93,6 +94,9 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
   ``original`` (`pos.align_original` over the question's and the whole context's sub-tokens,
   then cut into the windows; ``meta["pos_original_past_end"]`` lists the ``qid:field`` where
   the released code would have failed with IndexError and the last word's tag was kept).
+  ``passages``: a `poi_jax.data.features.passages.PassageCache` (``offsets`` alignment only):
+  each window's trimming and tags are array lookups in the analyses of its question and passage
+  (the passage's kept in the cache); the features are the same.
   """
   check_options(tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride,
                 max_query_length=max_query_length, pos_alignment=pos_alignment)
@@ -109,10 +113,17 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
                     stride=doc_stride, return_overflowing_tokens=True,
                     return_offsets_mapping=True, padding="max_length",
                     return_token_type_ids=True)
+    fast = passages is not None and pos_alignment == "offsets"
+    if fast:
+      texts = (passages_lib.analyse(ex.question, lowercase=pos_lowercase, with_pos=with_pos),
+               passages.get(ex.context, lowercase=pos_lowercase, with_pos=with_pos))
     pos = (_ExamplePos.build(tokenizer, ex, pos_alignment, past_end, pos_lowercase)
-           if with_pos else None)
+           if with_pos and not fast else None)
     for w in range(len(enc["input_ids"])):
-      row = _window_row(enc, w, ex, question, answer, max_seq_length)
+      if fast:
+        row = _window_row_analysed(enc, w, texts, answer, max_seq_length, with_pos)
+      else:
+        row = _window_row(enc, w, ex, question, answer, max_seq_length)
       if pos is not None:
         row["pos_tags"] = pos.window_tags(tokenizer, enc, w, row, doc_stride, past_end)
       row["example_index"] = ei
@@ -158,6 +169,36 @@ def _window_row(enc, w: int, ex: SquadExample, question: str, answer, length: in
           "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
           "end_positions": end, "offsets": offsets, "offs": offs, "seq": seq, "ctx": ctx,
           "n_real": n_real}
+
+
+def _window_row_analysed(enc, w: int, texts, answer, length: int, with_pos: bool) -> dict:
+  """`_window_row` (and `_ExamplePos.window_tags` with the ``offsets`` alignment) as array
+  lookups in the question's and the passage's `TextAnalysis` (``texts``)."""
+  seq = np.array([-1 if s is None else s for s in enc.sequence_ids(w)])
+  raw = np.asarray(enc["offset_mapping"][w], np.int64).reshape(-1, 2)
+  starts, ends = raw[:, 0].copy(), raw[:, 1].copy()
+  tags = np.zeros(length, np.int32)
+  idx = [np.flatnonzero(seq == k) for k in (0, 1)]
+  for text, i in zip(texts, idx):
+    starts[i], ends[i] = text.trim(raw[i, 0], raw[i, 1])
+    if with_pos:
+      tags[i] = text.tags(starts[i], ends[i])
+  ctx = idx[1]
+  n_real = int(np.sum(enc["attention_mask"][w]))
+  first_sep = int(np.flatnonzero((seq == -1) & (np.arange(len(seq)) > 0))[0])
+  offsets = np.full((length, 2), -1, np.int32)
+  offsets[ctx, 0], offsets[ctx, 1] = starts[ctx], ends[ctx]
+  start = end = 0
+  if answer is not None and len(ctx):
+    if offsets[ctx[0], 0] <= answer[0] and answer[1] <= offsets[ctx[-1], 1]:
+      start = int(ctx[np.argmax(ends[ctx] > answer[0])])
+      end = int(ctx[len(ctx) - 1 - np.argmax(starts[ctx][::-1] < answer[1])])
+  if with_pos:
+    tags[(seq == -1) & (np.arange(len(seq)) < n_real)] = pos_lib.SPECIAL_ID
+  return {"input_ids": enc["input_ids"][w], "attention_mask": enc["attention_mask"][w],
+          "token_type_ids": enc["token_type_ids"][w], "pos_tags": tags,
+          "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
+          "end_positions": end, "offsets": offsets}
 
 
 @dataclasses.dataclass
