@@ -65,7 +65,9 @@ def analyse(text: str, *, lowercase: bool = False, with_pos: bool = True) -> Tex
     word_tags = pos_lib.tag_words.__wrapped__(text, lowercase=lowercase)
     for a, b, tag, _ in pos_tags._word_spans.__wrapped__(text, word_tags)[1]:
       char_tag[a:b] = pos_lib.tag_id(tag)
-  return TextAnalysis(text, word_tags, next_solid, last_end, char_tag)
+  # int32: a passage's analysis stays ~9 bytes a character.
+  return TextAnalysis(text, word_tags, next_solid.astype(np.int32), last_end.astype(np.int32),
+                      char_tag)
 
 
 class PassageCache:
