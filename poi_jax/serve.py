@@ -179,8 +179,9 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
 
 
 def _cache_stats(cache) -> dict | None:
-  return cache and {"size": cache.size, "kept": len(cache), "hits": cache.hits,
-                    "misses": cache.misses}
+  if cache is None:
+    return None
+  return {"size": cache.size, "kept": len(cache), "hits": cache.hits, "misses": cache.misses}
 
 
 def run(api, *, host: str, port: int) -> int:

@@ -126,6 +126,34 @@ def test_concurrent_answers_equal_the_engines_predictions(server, httpx, squad_t
   assert [a["answer"] for a in listed] == [a["answer"] for a in answers[:4]]
 
 
+def test_repeated_passages_hit_the_cache_and_answer_the_same(server, httpx, squad_tiny_run,
+                                                             records):
+  """Every question asked twice, concurrently and shuffled, with a cache of 256 passages (the
+  default): answers from cached passage analyses equal the engine's; compilations: none."""
+  import random
+  url, _ = server
+  preds = json.loads((squad_tiny_run / "predictions.json").read_text())
+  odds = json.loads((squad_tiny_run / "null_odds.json").read_text())
+  before = httpx.get(f"{url}/healthz").json()
+  asked = records * 2
+  random.Random(0).shuffle(asked)
+  with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    out = list(pool.map(lambda r: _post(httpx, url, {"question": r.question, "context": r.context,
+                                                     "null_threshold": 0.0}).json(), asked))
+  for r, a in zip(asked, out):
+    assert a["answer"] == preds[r.qid]
+    assert a["null_score_diff"] == pytest.approx(odds[r.qid], abs=1e-4)
+  after = httpx.get(f"{url}/healthz").json()
+  hits = after["passage_cache"]["hits"] - before["passage_cache"]["hits"]
+  misses = after["passage_cache"]["misses"] - before["passage_cache"]["misses"]
+  distinct = len({r.context for r in records})
+  assert distinct < len(records)  # the sample asks several questions a passage
+  # Each passage analysed at most once (earlier tests may have cached it), then only hits.
+  assert hits + misses == len(asked) and misses <= distinct
+  assert after["passage_cache"]["size"] == 256
+  assert after["compiled_shapes"] == before["compiled_shapes"]  # all compiled at start-up
+
+
 def test_explain_shades_the_passage_tokens(server, httpx, records):
   url, _ = server
   r = records[0]
