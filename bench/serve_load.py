@@ -19,13 +19,12 @@ appended), so that no passage repeats and the cache never hits. The questions go
 question is asked twice until the list wraps), in the same order for both servers.
 
 Tables: req/s, p50 and p99 latency per mode and the ratio batching / max_batch=1 of req/s; then
-the server's own split (``/healthz``): the mean questions per batch, the milliseconds a question
-spent in each pipeline stage (featurize and decode: CPU time of their threads; model: wall time
-of the jitted call; the stages overlap), the server's and the clients' CPU milliseconds a
-request (all threads: robust to other work on the machine), the passage
-cache's hit rate, shapes compiled during the load (0: every batch size was compiled at start-up)
-and the server's peak RSS. Client and server share the machine: on a 2-core CPU the figures are
-relative, compare the columns of one run.
+where the server's CPU went, in milliseconds a request by thread (``/proc/<pid>/task``: the event
+loop, each pipeline stage, XLA's compute threads; CPU time is robust to other work on a shared
+machine, wall time is not) and the clients', with the mean questions per batch, the passage
+cache's hit rate, shapes compiled during the load (0: every batch size was compiled at
+start-up; ``/healthz``) and the server's peak RSS. Client and server share the machine: on a
+2-core CPU the figures are relative, compare the columns of one run.
 """
 from __future__ import annotations
 
@@ -257,26 +256,20 @@ def main(argv):
     print(f"| {name} | {mix} | {k} | {x[0]:.1f} | {x[1]:.3f} | {x[2]:.3f} | {y[0]:.1f} | "
           f"{y[1]:.3f} | {y[2]:.3f} | {x[0] / y[0]:.2f}x |")
   print()
-  print("| model | mix | mode | K | questions/batch | featurize ms/q | model ms/q | decode ms/q | "
-        "server CPU ms/req | client CPU ms/req | cache hits | compiled during load | "
-        "peak RSS MB |")
-  print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-  for (name, mix, mode, k), sp in splits.items():
-    print(f"| {name} | {mix} | {mode} | {k} | {sp['batch']:.1f} | {sp['featurize']:.2f} | "
-          f"{sp['model']:.2f} | {sp['decode']:.2f} | {sp['server_cpu']:.2f} | "
-          f"{sp['client_cpu']:.2f} | {sp['hit']:.0%} | {sp['compiled']} | "
-          f"{rss[name, mix, mode]:.0f} |")
-  print()
   print("Server CPU ms a request by thread (http: the event loop; model: the model stage's thread "
-        "+ XLA's):")
+        "+ XLA's; the clients' for comparison), questions a batch, passage cache hits, shapes "
+        "compiled during the load and the server's peak RSS:")
   print()
-  print("| model | mix | mode | K | http | featurize | model | decode | total | clients |")
-  print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  print("| model | mix | mode | K | questions/batch | http | featurize | model | decode | "
+        "server total | clients | cache hits | compiled | peak RSS MB |")
+  print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        "---: |")
   for (name, mix, mode, k), sp in splits.items():
     t = sp["threads"]
-    print(f"| {name} | {mix} | {mode} | {k} | {t['http']:.2f} | {t['featurize']:.2f} | "
-          f"{t['model'] + t['xla']:.2f} | {t['decode']:.2f} | {sp['server_cpu']:.2f} | "
-          f"{sp['client_cpu']:.2f} |")
+    print(f"| {name} | {mix} | {mode} | {k} | {sp['batch']:.1f} | {t['http']:.2f} | "
+          f"{t['featurize']:.2f} | {t['model'] + t['xla']:.2f} | {t['decode']:.2f} | "
+          f"{sp['server_cpu']:.2f} | {sp['client_cpu']:.2f} | {sp['hit']:.0%} | "
+          f"{sp['compiled']} | {rss[name, mix, mode]:.0f} |")
 
 
 if __name__ == "__main__":
