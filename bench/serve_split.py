@@ -12,7 +12,8 @@ a passage: the cache hits for all but a passage's first) in calls of each batch 
 second pass is timed. Featurize and decode: CPU time of the calling thread (robust to other
 work on a shared machine); model: wall time of the jitted calls (XLA computes on its own
 threads). The model's share is what batching cannot amortise on a CPU where a call's cost grows
-with its rows.
+with its rows; XLA's operation count per window (``cost_analysis``, the same on any machine) shows
+that the work per row does not shrink with the batch.
 """
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ _MODELS = flags.DEFINE_multi_string("model", None, "name:path of a workdir or ex
 _QUESTIONS = flags.DEFINE_integer("questions", 128, "Questions answered per batch size.")
 _BATCHES = flags.DEFINE_list("batches", ["1", "32"], "Questions per Reader call.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: path,cpu_malloc to measure.")
+
+
+def _gflop_per_window(reader, features, rows: int) -> float:
+  """XLA's count of the floating-point operations of a ``rows``-row model call, per row
+  (``compiled.cost_analysis()``: the same on any machine, unlike a time)."""
+  import numpy as np
+  arrays = reader.task.model_arrays(features.arrays)
+  idx = np.arange(rows) % len(next(iter(arrays.values())))
+  batch = {k: v[idx] for k, v in arrays.items()}
+  batch["example_mask"] = np.ones(rows, np.float32)
+  cost = reader._forward.lower(reader._state, batch).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  return cost["flops"] / rows / 1e9
 
 
 def _measure(path: str, cpu_malloc: str) -> dict:
@@ -63,6 +77,7 @@ def _measure(path: str, cpu_malloc: str) -> dict:
         ms["decode"] += time.thread_time() - c
       if timed:
         out[batch] = {k: 1000 * v / len(records) for k, v in ms.items()}
+        out[batch]["gflop"] = _gflop_per_window(reader, reader.featurize(records[:4]), batch)
   return out
 
 
@@ -90,12 +105,12 @@ def main(argv):
         rows.append((name, cpu_malloc, batch, ms))
       print(f"{name} {cpu_malloc} done", file=sys.stderr, flush=True)
   print("| model | malloc | questions/call | featurize CPU ms/q | model ms/q | decode CPU ms/q | "
-        "model share |")
-  print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        "model share | GFLOP a window (rows = questions/call) |")
+  print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
   for name, cpu_malloc, batch, ms in rows:
-    total = sum(ms.values())
+    total = ms["featurize"] + ms["model"] + ms["decode"]
     print(f"| {name} | {cpu_malloc} | {batch} | {ms['featurize']:.2f} | {ms['model']:.2f} | "
-          f"{ms['decode']:.2f} | {ms['model'] / total:.0%} |")
+          f"{ms['decode']:.2f} | {ms['model'] / total:.0%} | {ms['gflop']:.4f} |")
 
 
 if __name__ == "__main__":
