@@ -27,8 +27,9 @@ rows), so that no request waits for a compilation (``/healthz``: ``compiled_shap
 Passages are analysed once (NLTK tags, per-character lookups) and kept for the
 ``--passage_cache`` most recent passages (0: none), since an application asks several
 questions about one passage. ``--cpu_malloc=reuse`` (default, CPU only) keeps the pages of
-the model's temporaries between calls: without it a 32-row call first-touches its temporaries
-anew every time, which costs more than the call's compute on a CPU (docs/results.md).
+the model's temporaries between calls: with glibc's defaults a large batch's temporaries are
+fresh ``mmap``s that every call first-touches (`poi_jax.runtime`); the price is the peak heap
+kept (docs/results.md).
 
 Bad input: a 4xx JSON ``{"error", "field", "item"}`` naming the field (400 not JSON or not an
 object, 413 a body over ``--max_body_bytes``, 422 a missing, non-string or empty field, or a

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.required  # MiniLM's vocabulary (tests/conftest.py: min
 
 @pytest.fixture(scope="module")
 def examples(squad_file):
-  return list(read_squad(squad_file))[:240]
+  return list(read_squad(squad_file))[:120]
 
 
 def _assert_same(a, b):
