@@ -12,8 +12,10 @@ Endpoints (``/docs``: OpenAPI; ``/openapi.json``: the schema):
   offsets, co-attention score and POS tag), ``null_threshold`` (δ for this request).
 * ``POST /v1/choose`` (multiple-choice models): ``{"passage" (or "context"), "question",
   "options": [...]}`` or a list -> ``index``, ``option``, ``probabilities``, ``logits``.
-* ``GET /healthz``: the model (task, step, head, path); ``GET /``: the demo page (static files
-  of the package, no CDN: works offline).
+* ``GET /healthz``: the model (task, step, head, path) and the batcher's counters (batches,
+  questions, each stage's busy and CPU seconds and thread id, ``compiled_shapes``, the passage
+  cache's size, hits and misses: what ``bench/serve_load.py`` reads); ``GET /``: the demo page
+  (static files of the package, no CDN: works offline).
 
 Micro-batching: a request's items wait in a bounded queue (``--max_queue``; when full the
 server answers 503 with ``Retry-After`` rather than growing without bound); a worker thread
