@@ -13,7 +13,15 @@ SQuAD 2.0 "no answer": a question is unanswerable when ``null score - best span 
 the config's ``eval.null_score_diff_threshold``; ``Reader.load(..., null_threshold=x)`` overrides.
 
 The model call is jitted once per batch shape: each batch is padded to a power of two up to
-``batch_size`` rows (at most log2(batch_size) + 1 compilations per option count).
+``batch_size`` rows (at most log2(batch_size) + 1 compilations per option count;
+`Reader.compiled_shapes` counts them, so a server can check that no request compiled).
+
+Extractive answers run in three stages that a server can pipeline (`poi_jax.serve_batching`):
+`Reader.featurize` (host: tokenizer, POS tags, windows), `Reader.predict` (the jitted model) and
+`Reader.decode` (host: spans); `answer_records` is the three in a row. Passages are analysed
+once (`poi_jax.data.features.passages.PassageCache`, ``passage_cache`` most recent passages:
+their NLTK tags and per-character lookups), since reading apps ask several questions about one
+passage; the features, and so the answers, are the same with or without it.
 """
 from __future__ import annotations
 
@@ -29,6 +37,9 @@ from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 
 EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
+# Passages whose analysis a Reader keeps: a SQuAD-sized passage's is ~10 KB (3 small arrays per
+# character + its tags), so 256 cost a few MB.
+DEFAULT_PASSAGE_CACHE = 256
 
 
 @dataclasses.dataclass
@@ -107,9 +118,11 @@ class Reader:
   """
 
   def __init__(self, config, task, model, *, tokenizer, step, null_threshold: float,
-               batch_size: int):
+               batch_size: int, passage_cache: int = DEFAULT_PASSAGE_CACHE):
+    from poi_jax.data.features.passages import PassageCache
     self.config, self.task, self.model, self.tokenizer = config, task, model, tokenizer
     self.step, self.null_threshold, self.batch_size = step, float(null_threshold), batch_size
+    self.passages = PassageCache(passage_cache)
     graphdef, self._state = nnx.split(model)
     # Pure function of (state, batch): one compilation per batch shape, the state not baked in.
     self._forward = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
@@ -121,15 +134,19 @@ class Reader:
 
   @classmethod
   def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,
-           batch_size: int | None = None) -> Reader:
+           batch_size: int | None = None,
+           passage_cache: int = DEFAULT_PASSAGE_CACHE, cpu_malloc: str = "system") -> Reader:
     """The model of a workdir (checkpoint ``step``; default: the best, else the latest) or of an
-    ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ; ``batch_size``: default the config's
-    ``train.eval_batch_size``."""
+    ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ;
+    ``batch_size``: default the config's ``train.eval_batch_size``; ``passage_cache``: passages
+    whose analysis is kept (0: none; module docstring); ``cpu_malloc``: `poi_jax.runtime`'s
+    setting for this process, if nothing set it before (``system``: memory stays flat; the
+    server's ``reuse`` keeps the pages of large batches' temporaries)."""
     path = os.fspath(path)
     # The compilation cache (a second Reader of the same model compiles nothing), before the
     # model is built (poi_jax/runtime.py; the run's own cache setting where it has one). glibc's
-    # malloc keeps its defaults: a long-lived server's memory stays flat (runtime.py).
-    runtime.configure({**(reader_load.saved_runtime(path) or {}), "cpu_malloc": "system"})
+    # malloc keeps its defaults unless asked: a long-lived reader's memory stays flat.
+    runtime.configure({**(reader_load.saved_runtime(path) or {}), "cpu_malloc": cpu_malloc})
     if batch_size is not None and batch_size <= 0:
       raise ValueError(f"batch_size={batch_size} must be positive")
     config, task, model, step, delta = reader_load.load_model(path, step)
@@ -140,7 +157,8 @@ class Reader:
     tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
     return cls(config, task, model, tokenizer=tokenizer, step=step,
                null_threshold=delta if null_threshold is None else null_threshold,
-               batch_size=int(batch_size or config.train.eval_batch_size))
+               batch_size=int(batch_size or config.train.eval_batch_size),
+               passage_cache=passage_cache)
 
   @property
   def is_extractive(self) -> bool:
@@ -152,6 +170,12 @@ class Reader:
     co-attention); otherwise the explained tokens carry POS tags only."""
     return (self.is_extractive and self.config.model.head == "poi"
             and getattr(self.model, "coattention", "none") != "none")
+
+  @property
+  def compiled_shapes(self) -> int:
+    """Batch shapes compiled so far (both model functions): unchanged by a request that
+    compiled nothing."""
+    return self._forward._cache_size() + self._forward_scores._cache_size()
 
   def _predict(self, features, *, with_scores: bool = False) -> dict[str, np.ndarray]:
     """The model's outputs over all features, in batches padded to a power of two."""
@@ -197,9 +221,33 @@ class Reader:
     """`answer` on records (their ``qid`` and ``source`` name them in error messages)."""
     if not records:
       return []
-    features = self.task.featurize(records, self.tokenizer, self.config, is_training=False)
-    with_scores = explain and self.has_token_scores
-    outputs = self._predict(features, with_scores=with_scores)
+    features = self.featurize(records)
+    outputs = self.predict(features, explain=explain)
+    return self.decode(records, features, outputs, null_threshold=null_threshold,
+                       explain=explain)
+
+  def featurize(self, records: list[SquadExample]):
+    """Stage 1 of `answer_records` (host): the records' windows (`Features`), their passages
+    analysed through `Reader.passages`. Uses the tokenizer: one thread at a time."""
+    from poi_jax.data import parallel
+    from poi_jax.data.features import extractive
+    from poi_jax.tasks import squad
+    options = {**squad.feature_options(self.config, is_training=False),
+               "passages": self.passages}
+    # Chunks of 256: a server's batch is one chunk (one tokenizer call); a long list still
+    # moves the progress bar.
+    return parallel.featurize(extractive.build_extractive_features,
+                              extractive.merge_extractive_features, records, self.tokenizer,
+                              options, chunk_size=256, desc=f"{self.config.task} eval features")
+
+  def predict(self, features, *, explain: bool = False) -> dict[str, np.ndarray]:
+    """Stage 2 (the jitted model; JAX releases the GIL while it computes): outputs per window;
+    ``explain`` also ``token_scores`` where the model has them."""
+    return self._predict(features, with_scores=explain and self.has_token_scores)
+
+  def decode(self, records: list[SquadExample], features, outputs: dict, *,
+             null_threshold: float | None = None, explain: bool = False) -> list[Answer]:
+    """Stage 3 (host): the `Answer` of each record from its windows' outputs."""
     e, v2 = self.config.eval, self.config.task == "squad2"
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],

@@ -12,15 +12,26 @@ Endpoints (``/docs``: OpenAPI; ``/openapi.json``: the schema):
   offsets, co-attention score and POS tag), ``null_threshold`` (δ for this request).
 * ``POST /v1/choose`` (multiple-choice models): ``{"passage" (or "context"), "question",
   "options": [...]}`` or a list -> ``index``, ``option``, ``probabilities``, ``logits``.
-* ``GET /healthz``: the model (task, step, head, path); ``GET /``: the demo page (static files
-  of the package, no CDN: works offline).
+* ``GET /healthz``: the model (task, step, head, path) and the batcher's counters (batches,
+  questions, each stage's busy and CPU seconds and thread id, ``compiled_shapes``, the passage
+  cache's size, hits and misses: what ``bench/serve_load.py`` reads); ``GET /``: the demo page
+  (static files of the package, no CDN: works offline).
 
 Micro-batching: a request's items wait in a bounded queue (``--max_queue``; when full the
-server answers 503 with ``Retry-After`` rather than growing without bound); one worker thread
+server answers 503 with ``Retry-After`` rather than growing without bound); a worker thread
 takes the first waiting item, gathers more for at most ``--max_wait_ms`` or up to
-``--max_batch`` items (Ray Serve's ``@serve.batch`` rule: whichever comes first), and answers
-them with one `Reader.answer_records` call: one featurisation and jitted model calls over all
-their windows, so every answer equals `Reader.answer` on the same input.
+``--max_batch`` items (Ray Serve's ``@serve.batch`` rule: whichever comes first) and featurises
+them as one batch; a second thread runs the jitted model on their windows while the first
+featurises the next batch, and a third decodes the spans (`poi_jax.serve_batching`): the
+stages of `Reader.answer_records`, so every answer equals `Reader.answer` on the same input.
+The model is compiled at start-up for every padded batch size (1, 2, 4, ... ``--max_batch``
+rows), so that no request waits for a compilation (``/healthz``: ``compiled_shapes``).
+Passages are analysed once (NLTK tags, per-character lookups) and kept for the
+``--passage_cache`` most recent passages (0: none), since an application asks several
+questions about one passage. ``--cpu_malloc=reuse`` (default, CPU only) keeps the pages of
+the model's temporaries between calls: with glibc's defaults a large batch's temporaries are
+fresh ``mmap``s that every call first-touches (`poi_jax.runtime`); the price is the peak heap
+kept (docs/results.md).
 
 Bad input: a 4xx JSON ``{"error", "field", "item"}`` naming the field (400 not JSON or not an
 object, 413 a body over ``--max_body_bytes``, 422 a missing, non-string or empty field, or a
@@ -154,7 +165,13 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
             "encoder": c.model.init_from or "random", "model": model_path,
             "explain": reader.has_token_scores, "pos_tags": bool(c.model.pos_embedding),
             "null_threshold": reader.null_threshold, "max_batch": max_batch,
-            "batches": batcher.batches, "largest_batch": batcher.largest_batch}
+            "batches": batcher.batches, "largest_batch": batcher.largest_batch,
+            "compiled_shapes": getattr(reader, "compiled_shapes", None),
+            "questions": batcher.questions,
+            "busy_seconds": {k: round(v, 4) for k, v in batcher.busy.items()},
+            "host_cpu_seconds": {k: round(v, 4) for k, v in batcher.host_cpu.items()},
+            "pid": os.getpid(), "thread_ids": batcher.thread_ids,
+            "passage_cache": _cache_stats(getattr(reader, "passages", None))}
 
   @api.get("/", include_in_schema=False)
   async def index():
@@ -162,6 +179,12 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
 
   api.mount("/static", StaticFiles(directory=str(static)), name="static")
   return api
+
+
+def _cache_stats(cache) -> dict | None:
+  if cache is None:
+    return None
+  return {"size": cache.size, "kept": len(cache), "hits": cache.hits, "misses": cache.misses}
 
 
 def run(api, *, host: str, port: int) -> int:
@@ -195,6 +218,13 @@ def define_flags() -> None:
       "max_windows", 16, "Most windows (data.max_seq_length tokens, data.doc_stride apart) one "
       "passage may take (422 beyond).")
   flags.DEFINE_float("null_threshold", None, "SQuAD 2.0: override δ.")
+  flags.DEFINE_integer(
+      "passage_cache", 256, "Passages whose analysis (NLTK tags, per-character lookups) is kept "
+      "for the next question about them, least recently used out first; 0: none.")
+  flags.DEFINE_enum(
+      "cpu_malloc", "reuse", ["reuse", "system"], "CPU only: reuse keeps freed memory in the "
+      "process, so that large batches do not first-touch their temporaries every call "
+      "(poi_jax/runtime.py); system: glibc's defaults.")
   flags.DEFINE_bool(
       "warmup", True, "Compile every batch shape before serving (else the first requests of each "
       "size wait for a compilation).")
@@ -213,6 +243,8 @@ def main(argv):
                       ("max_body_bytes", FLAGS.max_body_bytes)):
     if value < 1:
       raise app.UsageError(f"--{name}={value} must be positive")
+  if FLAGS.passage_cache < 0:
+    raise app.UsageError(f"--passage_cache={FLAGS.passage_cache} must be >= 0")
   try:
     import fastapi  # noqa: F401
     import uvicorn  # noqa: F401
@@ -225,7 +257,8 @@ def main(argv):
   try:
     # batch_size = max_batch: a batch of one-window questions is one model call.
     reader = Reader.load(FLAGS.model, null_threshold=FLAGS.null_threshold,
-                         batch_size=FLAGS.max_batch)
+                         batch_size=FLAGS.max_batch, passage_cache=FLAGS.passage_cache,
+                         cpu_malloc=FLAGS.cpu_malloc)
   except (CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

@@ -126,6 +126,34 @@ def test_concurrent_answers_equal_the_engines_predictions(server, httpx, squad_t
   assert [a["answer"] for a in listed] == [a["answer"] for a in answers[:4]]
 
 
+def test_repeated_passages_hit_the_cache_and_answer_the_same(server, httpx, squad_tiny_run,
+                                                             records):
+  """Every question asked twice, concurrently and shuffled, with a cache of 256 passages (the
+  default): answers from cached passage analyses equal the engine's; compilations: none."""
+  import random
+  url, _ = server
+  preds = json.loads((squad_tiny_run / "predictions.json").read_text())
+  odds = json.loads((squad_tiny_run / "null_odds.json").read_text())
+  before = httpx.get(f"{url}/healthz").json()
+  asked = records * 2
+  random.Random(0).shuffle(asked)
+  with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    out = list(pool.map(lambda r: _post(httpx, url, {"question": r.question, "context": r.context,
+                                                     "null_threshold": 0.0}).json(), asked))
+  for r, a in zip(asked, out):
+    assert a["answer"] == preds[r.qid]
+    assert a["null_score_diff"] == pytest.approx(odds[r.qid], abs=1e-4)
+  after = httpx.get(f"{url}/healthz").json()
+  hits = after["passage_cache"]["hits"] - before["passage_cache"]["hits"]
+  misses = after["passage_cache"]["misses"] - before["passage_cache"]["misses"]
+  distinct = len({r.context for r in records})
+  assert distinct < len(records)  # the sample asks several questions a passage
+  # Each passage analysed at most once (earlier tests may have cached it), then only hits.
+  assert hits + misses == len(asked) and misses <= distinct
+  assert after["passage_cache"]["size"] == 256
+  assert after["compiled_shapes"] == before["compiled_shapes"]  # all compiled at start-up
+
+
 def test_explain_shades_the_passage_tokens(server, httpx, records):
   url, _ = server
   r = records[0]
@@ -257,7 +285,8 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(server, records):
 # The full queue, in-process: a Reader stand-in whose model call blocks until released
 # ------------------------------------------------------------------------------------------------
 class _BlockingReader:
-  """What `poi_jax.serve` uses of a Reader; ``answer_records`` waits for ``release``."""
+  """What `poi_jax.serve` uses of a Reader: its three stages; ``predict`` (the model call) waits
+  for ``release``. ``featurized`` counts the questions the pipeline took."""
 
   def __init__(self):
     import ml_collections
@@ -267,11 +296,22 @@ class _BlockingReader:
     self.is_extractive, self.has_token_scores, self.step, self.null_threshold = (True, False,
                                                                                   1, 0.0)
     self.entered, self.release = threading.Event(), threading.Event()
+    self.featurized = 0
 
-  def answer_records(self, records, *, null_threshold=None, explain=False):
-    from poi_jax.reader import Answer
+  def featurize(self, records):
+    import numpy as np
+
+    from poi_jax.data.features.base import Features
+    self.featurized += len(records)
+    return Features({"example_index": np.arange(len(records))}, {})
+
+  def predict(self, features, *, explain=False):
     self.entered.set()
     assert self.release.wait(60)
+    return {}
+
+  def decode(self, records, features, outputs, *, null_threshold=None, explain=False):
+    from poi_jax.reader import Answer
     return [Answer(r.context[:1], 0, 1, 1.0, 1.0, False, -1.0) for r in records]
 
 
@@ -282,20 +322,26 @@ def test_a_full_queue_answers_503_with_retry_after(httpx):
   reader = _BlockingReader()
   api = serve.create_app(reader, max_batch=1, max_wait_ms=0, max_queue=1, max_windows=0,
                          warmup=False)
+  batcher = api.state.batcher
   body = {"question": "q?", "context": "abc"}
-  with TestClient(api) as client, concurrent.futures.ThreadPoolExecutor(2) as pool:
-    first = pool.submit(client.post, "/v1/answer", json=body)  # taken by the worker, blocks
+  with TestClient(api) as client, concurrent.futures.ThreadPoolExecutor(8) as pool:
+    sent = [pool.submit(client.post, "/v1/answer", json=body)]  # the model call blocks
     assert reader.entered.wait(30)
-    second = pool.submit(client.post, "/v1/answer", json=body)  # waits in the queue (1 place)
-    deadline = time.monotonic() + 30
-    while api.state.batcher.queue.qsize() < 1:
-      assert time.monotonic() < deadline
-      time.sleep(0.01)
-    third = client.post("/v1/answer", json=body)
-    assert third.status_code == 503 and third.headers["retry-after"] == "1"
-    assert "--max_queue=1" in third.json()["error"]
+    # The pipeline holds a batch per stage (one featurised, waiting for the model, one in the
+    # featurizing thread's hands); then questions wait in the queue, which has 1 place.
+    while batcher.queue.qsize() < 1:
+      assert len(sent) < 5, "the pipeline holds more than 3 batches"
+      sent.append(pool.submit(client.post, "/v1/answer", json=body))
+      deadline = time.monotonic() + 30
+      while reader.featurized + batcher.queue.qsize() < len(sent):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert reader.featurized == 3  # in the pipeline: in the model, waiting for it, featurized
+    full = client.post("/v1/answer", json=body)
+    assert full.status_code == 503 and full.headers["retry-after"] == "1"
+    assert "--max_queue=1" in full.json()["error"]
     reader.release.set()
-    assert [f.result().status_code for f in (first, second)] == [200, 200]
-    assert first.result().json()["answer"] == "a"
+    assert [f.result().status_code for f in sent] == [200] * 4
+    assert sent[0].result().json()["answer"] == "a"
     assert client.post("/v1/answer", json=body).status_code == 200  # room again
-  assert api.state.batcher.largest_batch == 1  # --max_batch=1: one question per call
+  assert batcher.largest_batch == 1  # --max_batch=1: one question per call

@@ -32,12 +32,7 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
       s, e, off = start_logits[f], end_logits[f], offsets[f]
       score_null = float(s[0] + e[0])
       null = score_null if null is None or score_null < null else null
-      for i in np.argsort(s)[::-1][:n_best_size]:
-        for j in np.argsort(e)[::-1][:n_best_size]:
-          if off[i, 0] < 0 or off[j, 0] < 0 or j < i or j - i + 1 > max_answer_length:
-            continue
-          cands.append((float(s[i] + e[j]), int(off[i, 0]), int(off[j, 1]), float(s[i]),
-                        float(e[j])))
+      cands.extend(_window_candidates(s, e, off, n_best_size, max_answer_length))
     cands.sort(key=lambda c: -c[0])
     nbest = [{"text": ex.context[a:b], "start_logit": sl, "end_logit": el, "score": sc,
               **({"start": a, "end": b} if with_offsets else {})}
@@ -59,6 +54,25 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
       preds[ex.qid] = "" if (best is None or diff > null_score_diff_threshold) else best["text"]
     nbest_all[ex.qid] = nbest
   return preds, nbest_all, null_odds
+
+
+def _window_candidates(s: np.ndarray, e: np.ndarray, off: np.ndarray, n_best_size: int,
+                       max_answer_length: int) -> list[tuple]:
+  """One window's candidates ``(score, char start, char end, start logit, end logit)``: the
+  ``n_best_size`` best starts x ends (``s, e (L,)``, ``off (L, 2)``) inside the context with
+  ``start <= end < start + max_answer_length``, in the order of the nested loop over starts then
+  ends, best first (the order ties keep after the stable sort), computed as one (n, n) grid
+  instead of n^2 Python iterations."""
+  i = np.argsort(s)[::-1][:n_best_size]
+  j = np.argsort(e)[::-1][:n_best_size]
+  ii, jj = i[:, None], j[None, :]
+  ok = ((off[ii, 0] >= 0) & (off[jj, 0] >= 0) & (jj >= ii)
+        & (jj - ii + 1 <= max_answer_length))
+  a, b = np.nonzero(ok)  # row-major: the nested loop's order
+  si, ej = s[i[a]], e[j[b]]
+  # float32 sums as the loop computed them (s[i] + e[j] in the logits' dtype), then floats.
+  return list(zip((si + ej).tolist(), off[i[a], 0].tolist(), off[j[b], 1].tolist(),
+                  si.tolist(), ej.tolist()))
 
 
 def best_spans(start_logits: np.ndarray, end_logits: np.ndarray,

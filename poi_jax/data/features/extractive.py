@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from poi_jax.data import pos as pos_lib
+from poi_jax.data.features import passages as passages_lib
 from poi_jax.data.features.base import Features, trim_span
 from poi_jax.data.features.pos_tags import check_pos_alignment, offset_tags, original_ids
 from poi_jax.data.records import SquadExample
@@ -82,7 +83,7 @@ _COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_st
 def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_seq_length: int,
                               doc_stride: int, max_query_length: int, is_training: bool,
                               with_pos: bool = True, pos_alignment: str = "offsets",
-                              pos_lowercase: bool = False) -> Features:
+                              pos_lowercase: bool = False, passages=None) -> Features:
   """Windows of every example; training drops answers whose text does not match the context at
   ``answer_start`` (counted in ``meta["skipped_mismatch"]``, as the original pipeline skips
   them).
@@ -93,9 +94,16 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
   ``original`` (`pos.align_original` over the question's and the whole context's sub-tokens,
   then cut into the windows; ``meta["pos_original_past_end"]`` lists the ``qid:field`` where
   the released code would have failed with IndexError and the last word's tag was kept).
+  ``passages``: a `poi_jax.data.features.passages.PassageCache` (``offsets`` alignment only):
+  each window's trimming and tags are array lookups in the analyses of its question and passage
+  (the passage's kept in the cache); the features are the same.
   """
   check_options(tokenizer, max_seq_length=max_seq_length, doc_stride=doc_stride,
                 max_query_length=max_query_length, pos_alignment=pos_alignment)
+  if passages is not None and pos_alignment == "offsets":
+    return _build_analysed(examples, tokenizer, passages, max_seq_length=max_seq_length,
+                           doc_stride=doc_stride, max_query_length=max_query_length,
+                           is_training=is_training, with_pos=with_pos, lowercase=pos_lowercase)
   cols = {k: [] for k in _COLUMNS}
   skipped, past_end = [], []
   for ei, ex in enumerate(examples):
@@ -119,6 +127,42 @@ def build_extractive_features(examples: list[SquadExample], tokenizer, *, max_se
       for k in _COLUMNS:
         cols[k].append(row[k])
   return _assemble(cols, max_seq_length, skipped, past_end)
+
+
+def _build_analysed(examples: list[SquadExample], tokenizer, passages, *, max_seq_length: int,
+                    doc_stride: int, max_query_length: int, is_training: bool, with_pos: bool,
+                    lowercase: bool) -> Features:
+  """`build_extractive_features` with a `PassageCache` (``offsets`` alignment): the same
+  features, from two tokenizer calls for all the examples (its batch call: one Rust call
+  instead of a Python round trip per example) and array lookups in the texts' analyses."""
+  cols = {k: [] for k in _COLUMNS}
+  skipped, kept = [], []
+  for ei, ex in enumerate(examples):
+    answer, mismatch = _checked_answer(ex)
+    if mismatch:
+      skipped.append(ex.qid)
+      if is_training:
+        continue
+    kept.append((ei, ex, answer))
+  if kept:
+    asked = [ex.question for _, ex, _ in kept]
+    # _truncate_question, for all the questions at once.
+    enc = tokenizer(asked, add_special_tokens=False, return_offsets_mapping=True)
+    questions = [q if len(ids) <= max_query_length else q[:offs[max_query_length - 1][1]]
+                 for q, ids, offs in zip(asked, enc["input_ids"], enc["offset_mapping"])]
+    enc = tokenizer(questions, [ex.context for _, ex, _ in kept], truncation="only_second",
+                    max_length=max_seq_length, stride=doc_stride,
+                    return_overflowing_tokens=True, return_offsets_mapping=True,
+                    padding="max_length", return_token_type_ids=True)
+    texts = [(passages_lib.analyse(ex.question, lowercase=lowercase, with_pos=with_pos),
+              passages.get(ex.context, lowercase=lowercase, with_pos=with_pos))
+             for _, ex, _ in kept]
+    for w, k in enumerate(enc["overflow_to_sample_mapping"]):
+      row = _window_row_analysed(enc, w, texts[k], kept[k][2], max_seq_length, with_pos)
+      row["example_index"] = kept[k][0]
+      for c in _COLUMNS:
+        cols[c].append(row[c])
+  return _assemble(cols, max_seq_length, skipped, [])
 
 
 def _checked_answer(ex: SquadExample) -> tuple[tuple[int, int] | None, bool]:
@@ -158,6 +202,36 @@ def _window_row(enc, w: int, ex: SquadExample, question: str, answer, length: in
           "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
           "end_positions": end, "offsets": offsets, "offs": offs, "seq": seq, "ctx": ctx,
           "n_real": n_real}
+
+
+def _window_row_analysed(enc, w: int, texts, answer, length: int, with_pos: bool) -> dict:
+  """`_window_row` (and `_ExamplePos.window_tags` with the ``offsets`` alignment) as array
+  lookups in the question's and the passage's `TextAnalysis` (``texts``)."""
+  seq = np.array([-1 if s is None else s for s in enc.sequence_ids(w)])
+  raw = np.asarray(enc["offset_mapping"][w], np.int64).reshape(-1, 2)
+  starts, ends = raw[:, 0].copy(), raw[:, 1].copy()
+  tags = np.zeros(length, np.int32)
+  idx = [np.flatnonzero(seq == k) for k in (0, 1)]
+  for text, i in zip(texts, idx):
+    starts[i], ends[i] = text.trim(raw[i, 0], raw[i, 1])
+    if with_pos:
+      tags[i] = text.tags(starts[i], ends[i])
+  ctx = idx[1]
+  n_real = int(np.sum(enc["attention_mask"][w]))
+  first_sep = int(np.flatnonzero((seq == -1) & (np.arange(len(seq)) > 0))[0])
+  offsets = np.full((length, 2), -1, np.int32)
+  offsets[ctx, 0], offsets[ctx, 1] = starts[ctx], ends[ctx]
+  start = end = 0
+  if answer is not None and len(ctx):
+    if offsets[ctx[0], 0] <= answer[0] and answer[1] <= offsets[ctx[-1], 1]:
+      start = int(ctx[np.argmax(ends[ctx] > answer[0])])
+      end = int(ctx[len(ctx) - 1 - np.argmax(starts[ctx][::-1] < answer[1])])
+  if with_pos:
+    tags[(seq == -1) & (np.arange(len(seq)) < n_real)] = pos_lib.SPECIAL_ID
+  return {"input_ids": enc["input_ids"][w], "attention_mask": enc["attention_mask"][w],
+          "token_type_ids": enc["token_type_ids"][w], "pos_tags": tags,
+          "con_start": first_sep, "con_end": n_real - 1, "start_positions": start,
+          "end_positions": end, "offsets": offsets}
 
 
 @dataclasses.dataclass
