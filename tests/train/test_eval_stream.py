@@ -236,3 +236,30 @@ def test_the_evaluator_is_handed_one_shard_at_a_time(streamed, name):
 
 def test_some_batches_span_two_shards(streamed):
   assert any(fw % BATCH for name in TASK_NAMES for fw in streamed[name]["first_windows"])
+
+
+def test_a_source_that_no_longer_yields_the_shards_records_is_one_line(monkeypatch):
+  import ml_collections
+
+  from poi_jax.data.loader import ArrayRows
+  from poi_jax.data.shards import ShardError
+  monkeypatch.setattr(placement, "global_batch", lambda local, mesh: local)
+  monkeypatch.setattr(placement, "to_host", lambda tree: tree)
+  config = ml_collections.ConfigDict({"data": {"eval_file": "dev.json", "max_eval_examples": -1,
+                                               "skip_eval_examples": 0}})
+  manifest = {"num_examples": 3, "shards": [{"records": [0, 3], "windows": 2}]}
+  shards = types.SimpleNamespace(
+      manifest=manifest, directory="/cache/squad2-eval-x",
+      rows=lambda keys: ArrayRows({"input_ids": np.zeros((2, 4), np.int32)}),
+      shard_features=lambda i: Features({}, {}), merge=lambda parts, starts: parts[0])
+  run = types.SimpleNamespace(
+      config=config, is_chief=False,
+      task=types.SimpleNamespace(read=lambda c, split: iter(["r1", "r2"]),
+                                 model_keys=("input_ids",)),
+      sharded=types.SimpleNamespace(state=None, mesh=None, predict_step=lambda s, b: {
+          "logits": np.zeros((len(b["example_mask"]), 2), np.float32)}))
+  split = types.SimpleNamespace(role="eval", shards=shards)
+  with pytest.raises(ShardError) as e:
+    list(eval_stream.chunks(run, split, 2))
+  assert str(e.value) == ("data.eval_file yields 2 records, the feature shards in "
+                          "/cache/squad2-eval-x were built from 3")
