@@ -39,8 +39,8 @@ def write_json_atomic(path: str, obj, *, sort_keys: bool = False) -> None:
 class JsonStreamWriter:
   """One JSON file written item by item, byte for byte what `write_json_atomic` writes for the
   whole value (``indent=2``): an object (``add(key, value)``) or, with ``list_key``, an object
-  ``{**head, list_key: [...]}`` whose list grows by ``append(value)``. Memory holds one item, never the
-  file's value. The file is written in place: write it into a staging directory that is moved
+  ``{**head, list_key: [...]}`` whose list grows by ``append(value)``. Memory holds one item,
+  never the file's value. The file is written in place: write it into a staging directory that is moved
   into place whole (`poi_jax.train.evaluate`). ``close()`` ends the JSON; a key given twice is
   an error (a dict would keep one value, a stream cannot take the first one back)."""
 

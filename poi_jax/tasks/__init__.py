@@ -63,4 +63,5 @@ def abstract_model(config):
   return nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
 
 
-__all__ = ["Evaluator", "Task", "names", "get_task", "build_model", "abstract_model", "cap", "local_path"]
+__all__ = ["Evaluator", "Task", "names", "get_task", "build_model", "abstract_model", "cap",
+           "local_path"]

@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from poi_jax.data.features.base import Features
+from poi_jax.io import JsonStreamWriter
 
 Config = ml_collections.ConfigDict
 
@@ -134,7 +135,6 @@ class Evaluator:
 
   def open_json(self, name: str, **kwargs):
     """A `poi_jax.io.JsonStreamWriter` for ``out_dir/name``, ended by `finish`."""
-    from poi_jax.io import JsonStreamWriter
     writer = JsonStreamWriter(os.path.join(self.out_dir, name), **kwargs)
     self._files.append(writer)
     return writer

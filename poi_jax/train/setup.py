@@ -1,6 +1,6 @@
 """Everything a run needs, built and validated before anything compiles (MaxText's
-``setup_train_loop``): the task, the mesh, the tokenizer, the records and features of each split,
-the model (+ pretrained weights), the optimizer and the step count.
+``setup_train_loop``): the task, the mesh, the tokenizer, the feature shards of each split (the
+evaluation's records read and validated first), the model (+ pretrained weights), the optimizer and the step count.
 """
 from __future__ import annotations
 
