@@ -48,8 +48,9 @@ def _bench(name, task, config, records, tokenizer, workers, cache_root):
   from poi_jax.train import data as data_lib
 
   def shards():  # build the missing feature shards (none the 2nd time) and load them
-    return data_lib.prepare_split(task, config, "eval", tokenizer, records=iter(records),
-                                  progress=False).load_features()
+    split = data_lib.prepare_split(task, config, "eval", tokenizer, records=iter(records),
+                                   progress=False)
+    return [split.shard_features(i) for i in range(split.manifest["num_shards"])]
   row["cold"], _ = _time(shards)
   row["cached"], _ = _time(shards)
   return row

@@ -219,8 +219,8 @@ class ShardRows:
 
 @dataclasses.dataclass
 class ShardedSplit:
-  """A prepared split: its directory and manifest (and the task's ``merge``, for
-  `load_features`)."""
+  """A prepared split: its directory and manifest (and the task's ``merge``: evaluation makes a
+  shard's record indices local with it)."""
   directory: str
   manifest: dict
   merge: Callable | None = None
@@ -243,24 +243,24 @@ class ShardedSplit:
   def array_shapes(self) -> dict[str, tuple]:
     return {k: tuple(v["shape"]) for k, v in self.manifest["arrays"].items()}
 
-  def load_features(self, merge: Callable | None = None) -> Features:
-    """Every shard's arrays and meta, merged into the in-memory `Features` of the split (for
-    decoding and scoring; training never calls this)."""
+  def shard_features(self, index: int) -> Features:
+    """The arrays and meta of shard ``index`` (its position in the manifest): the windows of
+    records ``manifest["shards"][index]["records"]``, record indices global. Evaluation decodes
+    a split one shard at a time with it (`poi_jax.train.eval_stream`); training never calls it."""
     from array_record.python import array_record_module
-    parts = []
-    for s in self.manifest["shards"]:
-      path = os.path.join(self.directory, s["name"] + ".array_record")
+    s = self.manifest["shards"][index]
+    path = os.path.join(self.directory, s["name"] + ".array_record")
+    records = []
+    if s["windows"]:
       reader = array_record_module.ArrayRecordReader(path)
       try:
-        records = reader.read_all() if s["windows"] else []
+        records = reader.read_all()
       finally:
         reader.close()
-      layout = s["layout"]
-      arrays = (decode_rows(records, layout) if records else
-                {k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in layout.items()})
-      parts.append(Features(arrays, read_meta(os.path.join(self.directory,
-                                                           s["name"] + ".meta.npz"))))
-    return (merge or self.merge)(parts, [0] * len(parts))  # indices are global already
+    layout = s["layout"]
+    arrays = (decode_rows(records, layout) if records else
+              {k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in layout.items()})
+    return Features(arrays, read_meta(os.path.join(self.directory, s["name"] + ".meta.npz")))
 
 
 def read_manifest(directory: str, key: str) -> dict | None:

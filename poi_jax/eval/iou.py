@@ -46,25 +46,43 @@ def span_scores(pred: set[int], gold: set[int]) -> tuple[float, float, float]:
 def evaluate_spans(examples, predictions: dict[str, tuple[int, int]]) -> dict[str, float]:
   """EM/F1 (SQuAD v1.1 rules, max over the gold answers) and IoU/precision/recall (best-IoU gold)
   of character-span predictions ``qid -> (start, end)``; a missing prediction scores 0."""
-  totals = dict(exact_match=0.0, f1=0.0, iou=0.0, precision=0.0, recall=0.0)
-  index: dict[str, WordIndex] = {}
-  for ex in examples:
-    if ex.qid not in predictions:
-      continue
-    a, b = predictions[ex.qid]
-    text = ex.context[a:b]
-    golds = [g["text"] for g in ex.answers]
-    totals["exact_match"] += max(squad.exact_score(g, text) for g in golds)
-    totals["f1"] += max(squad.f1_score_v1(g, text) for g in golds)
-    key = ex.context
-    if key not in index:
-      index[key] = WordIndex(ex.context)
-    words = index[key]
-    pred = words.words(a, b)
-    best = max((span_scores(pred, words.words(g["answer_start"],
-                                               g["answer_start"] + len(g["text"])))
-                for g in ex.answers), key=lambda s: s[0])
-    for name, v in zip(("iou", "precision", "recall"), best):
-      totals[name] += v
-  n = max(len(examples), 1)
-  return {k: 100.0 * v / n for k, v in totals.items()}
+  scores = SpanScores()
+  scores.add(examples, predictions)
+  return scores.result()
+
+
+class SpanScores:
+  """`evaluate_spans` over a split given a chunk of questions at a time (``add``): it keeps five
+  running sums and a count, added in the examples' order (so the floats equal the whole
+  split's)."""
+
+  def __init__(self):
+    self.totals = dict(exact_match=0.0, f1=0.0, iou=0.0, precision=0.0, recall=0.0)
+    self.count = 0
+
+  def add(self, examples, predictions: dict[str, tuple[int, int]]) -> None:
+    totals = self.totals
+    index: dict[str, WordIndex] = {}  # this chunk's articles (a cache, not kept)
+    for ex in examples:
+      self.count += 1
+      if ex.qid not in predictions:
+        continue
+      a, b = predictions[ex.qid]
+      text = ex.context[a:b]
+      golds = [g["text"] for g in ex.answers]
+      totals["exact_match"] += max(squad.exact_score(g, text) for g in golds)
+      totals["f1"] += max(squad.f1_score_v1(g, text) for g in golds)
+      key = ex.context
+      if key not in index:
+        index[key] = WordIndex(ex.context)
+      words = index[key]
+      pred = words.words(a, b)
+      best = max((span_scores(pred, words.words(g["answer_start"],
+                                                 g["answer_start"] + len(g["text"])))
+                  for g in ex.answers), key=lambda s: s[0])
+      for name, v in zip(("iou", "precision", "recall"), best):
+        totals[name] += v
+
+  def result(self) -> dict[str, float]:
+    n = max(self.count, 1)
+    return {k: 100.0 * v / n for k, v in self.totals.items()}

@@ -212,6 +212,18 @@ def _curve(stats, prefix):
 def nq_metrics(gold: dict, predictions: Sequence[Mapping], *, long_non_null_threshold: int = 2,
                short_non_null_threshold: int = 2) -> dict:
   """The official metrics dict (keys as ``nq_eval.get_metrics_with_answer_stats``)."""
-  long_stats, short_stats = _stats(gold, prediction_labels(predictions),
-                                   long_non_null_threshold, short_non_null_threshold)
+  return metrics_from_stats(*answer_stats(gold, predictions, long_non_null_threshold,
+                                          short_non_null_threshold))
+
+
+def answer_stats(gold: dict, predictions: Sequence[Mapping], long_non_null_threshold: int = 2,
+                 short_non_null_threshold: int = 2) -> tuple[list, list]:
+  """``(long, short)``: one small tuple per example (gold has an answer, the prediction has one,
+  they match, its score), in ``gold``'s order: all the metrics need, so a split evaluated a
+  chunk at a time concatenates its chunks' stats and calls `metrics_from_stats` once."""
+  return _stats(gold, prediction_labels(predictions), long_non_null_threshold,
+                short_non_null_threshold)
+
+
+def metrics_from_stats(long_stats: list, short_stats: list) -> dict:
   return {**_curve(long_stats, "long-"), **_curve(short_stats, "short-")}

@@ -49,26 +49,36 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], 
   """Corpus BLEU-1..n (in [0, 1]) over parallel lists of hypotheses and reference lists."""
   if len(hypotheses) != len(references):
     raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} reference lists")
-  small, tiny = 1e-9, 1e-15
-  guess, correct = [0] * n, [0] * n
-  test_len = ref_len = 0
+  counts = [0] * (2 * n + 2)
   for hyp, refs in zip(hypotheses, references):
-    if not refs:
-      raise ValueError("BLEU needs at least one reference per hypothesis")
-    words = hyp.split()
-    max_ref = collections.Counter()
-    lens = []
-    for ref in refs:
-      rw = ref.split()
-      lens.append(len(rw))
-      for g, c in _ngrams(rw, n).items():
-        max_ref[g] = max(max_ref[g], c)
-    test_len += len(words)
-    ref_len += min((abs(l - len(words)), l) for l in lens)[1]
-    for k in range(n):
-      guess[k] += max(0, len(words) - k)
-    for g, c in _ngrams(words, n).items():
-      correct[len(g) - 1] += min(max_ref.get(g, 0), c)
+    counts = [a + b for a, b in zip(counts, bleu_counts(hyp, refs, n))]
+  return bleu_from_counts(counts, n)
+
+
+def bleu_counts(hyp: str, refs: Sequence[str], n: int = 4) -> list[int]:
+  """One question's BLEU statistics: ``guess[0..n) + correct[0..n) + [hyp length, reference
+  length]`` (integers: a corpus sums them in any order)."""
+  if not refs:
+    raise ValueError("BLEU needs at least one reference per hypothesis")
+  words = hyp.split()
+  max_ref = collections.Counter()
+  lens = []
+  for ref in refs:
+    rw = ref.split()
+    lens.append(len(rw))
+    for g, c in _ngrams(rw, n).items():
+      max_ref[g] = max(max_ref[g], c)
+  guess = [max(0, len(words) - k) for k in range(n)]
+  correct = [0] * n
+  for g, c in _ngrams(words, n).items():
+    correct[len(g) - 1] += min(max_ref.get(g, 0), c)
+  return guess + correct + [len(words), min((abs(l - len(words)), l) for l in lens)[1]]
+
+
+def bleu_from_counts(counts: Sequence[int], n: int = 4) -> list[float]:
+  """Corpus BLEU-1..n from the summed `bleu_counts`."""
+  small, tiny = 1e-9, 1e-15
+  guess, correct, (test_len, ref_len) = counts[:n], counts[n:2 * n], counts[2 * n:]
   bleus, prod = [], 1.0
   for k in range(n):
     prod *= (correct[k] + tiny) / (guess[k] + small)
@@ -83,12 +93,29 @@ def narrativeqa_scores(predictions: Mapping[str, str],
                        references: Mapping[str, Sequence[str]]) -> dict[str, float]:
   """``{"rouge_l", "bleu_1", "bleu_4"}`` x 100 over the questions of ``references`` (a missing
   prediction counts as the empty string)."""
-  qids = list(references)
-  if not qids:
-    return {"rouge_l": 0.0, "bleu_1": 0.0, "bleu_4": 0.0, "total": 0}
-  hyps = [predictions.get(q, "") for q in qids]
-  refs = [list(references[q]) for q in qids]
-  rouge = sum(rouge_l(h, r) for h, r in zip(hyps, refs)) / len(qids)
-  bleu = corpus_bleu(hyps, refs, 4)
-  return {"rouge_l": 100.0 * rouge, "bleu_1": 100.0 * bleu[0], "bleu_4": 100.0 * bleu[3],
-          "total": len(qids)}
+  scores = NarrativeQaScores()
+  scores.add(predictions, references)
+  return scores.result()
+
+
+class NarrativeQaScores:
+  """`narrativeqa_scores` over a split given a chunk of questions at a time (``add``): keeps each
+  question's Rouge-L (summed in order at the end) and the summed BLEU statistics."""
+
+  def __init__(self, n: int = 4):
+    self.n = n
+    self.rouge: list[float] = []
+    self.counts = [0] * (2 * n + 2)
+
+  def add(self, predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> None:
+    for q, refs in references.items():
+      hyp, refs = predictions.get(q, ""), list(refs)
+      self.rouge.append(rouge_l(hyp, refs))
+      self.counts = [a + b for a, b in zip(self.counts, bleu_counts(hyp, refs, self.n))]
+
+  def result(self) -> dict[str, float]:
+    if not self.rouge:
+      return {"rouge_l": 0.0, "bleu_1": 0.0, "bleu_4": 0.0, "total": 0}
+    bleu = bleu_from_counts(self.counts, self.n)
+    return {"rouge_l": 100.0 * sum(self.rouge) / len(self.rouge), "bleu_1": 100.0 * bleu[0],
+            "bleu_4": 100.0 * bleu[3], "total": len(self.rouge)}

@@ -71,11 +71,15 @@ def squad_v1_evaluate(dataset: list, predictions: dict[str, str]) -> dict[str, f
     total += 1
     if qa["id"] not in predictions:
       continue  # the official script prints a message and counts it as 0
-    golds = [a["text"] for a in qa["answers"]]
-    pred = predictions[qa["id"]]
-    em += max(exact_score(g, pred) for g in golds)
-    f1 += max(f1_score_v1(g, pred) for g in golds)
+    q_em, q_f1 = _v1_question(qa, predictions[qa["id"]])
+    em += q_em
+    f1 += q_f1
   return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}
+
+
+def _v1_question(qa: dict, pred: str) -> tuple[int, float]:
+  golds = [a["text"] for a in qa["answers"]]
+  return (max(exact_score(g, pred) for g in golds), max(f1_score_v1(g, pred) for g in golds))
 
 
 def _best_thresh(preds, scores, na_probs, has_ans):
@@ -118,6 +122,13 @@ def squad_v2_evaluate(dataset: list, predictions: dict[str, str],
   if na_probs is None:
     na_probs = {k: 0.0 for k in predictions}
   has_ans, exact, f1 = _raw_scores_v2(dataset, predictions)
+  return _v2_from_raw(has_ans, exact, f1, predictions, na_probs, na_prob_thresh)
+
+
+def _v2_from_raw(has_ans: dict, exact: dict, f1: dict, predictions: dict, na_probs: dict,
+                 na_prob_thresh: float) -> dict[str, float]:
+  """`squad_v2_evaluate` from `_raw_scores_v2`'s values (``predictions``: only whether each is
+  non-empty is read). Sums run in the dicts' orders, as the official script's do."""
 
   def threshold(scores):
     out = {}
@@ -158,12 +169,75 @@ def tuned_null_threshold(dataset: list, non_null_predictions: dict[str, str],
   ``tuned_HasAns_f1``, ``tuned_NoAns_f1``. δ is fitted on the data it scores: an optimistic
   figure (the paper's protocol); pass it as ``eval.null_score_diff_threshold`` on new data.
   """
-  has_ans, _, f1 = _raw_scores_v2(dataset, non_null_predictions)
-  has_ans = {q: h for q, h in has_ans.items() if q in f1}  # the questions it scores
-  _, delta = _best_thresh(non_null_predictions, f1, null_odds, has_ans)
-  r = squad_v2_evaluate(dataset, non_null_predictions, null_odds, na_prob_thresh=delta)
+  has_ans, exact, f1 = _raw_scores_v2(dataset, non_null_predictions)
+  return _tuned_from_raw(has_ans, exact, f1, non_null_predictions, null_odds)
+
+
+def _tuned_from_raw(has_ans: dict, exact: dict, f1: dict, non_null: dict,
+                    null_odds: dict) -> dict[str, float]:
+  """`tuned_null_threshold` from `_raw_scores_v2`'s values of the best non-null answers."""
+  scored = {q: h for q, h in has_ans.items() if q in f1}  # the questions it scores
+  _, delta = _best_thresh(non_null, f1, null_odds, scored)
+  r = _v2_from_raw(has_ans, exact, f1, non_null, null_odds, na_prob_thresh=delta)
   out = {"tuned_null_threshold": delta, "tuned_exact": r["exact"], "tuned_f1": r["f1"]}
   for k in ("HasAns_f1", "NoAns_f1"):
     if k in r:
       out[f"tuned_{k}"] = r[k]
   return out
+
+
+class StreamedScores:
+  """The official scores of a split evaluated a chunk of questions at a time, from small values
+  per question (exact, F1, has-answer, null odds; never the texts), equal to scoring the whole
+  split at once: the sums run in the whole ``dataset``'s order (articles by first appearance of
+  their title, as `poi_jax.tasks.squad.gold_dataset` groups them), the threshold searches in
+  the predictions' order.
+
+  ``add(dataset, predictions, null_odds, non_null)`` takes one chunk (``dataset``: its ``data``
+  list; v2.0: the decoder's null odds and best non-null answers); ``result()`` is
+  `squad_v1_evaluate`'s dict, or v2.0's with `tuned_null_threshold`'s keys when there are odds.
+  """
+
+  def __init__(self, version_2: bool):
+    self.version_2 = version_2
+    self._titles: dict[str, list[str]] = {}  # title -> its question ids, in order
+    self._rows: dict[str, tuple] = {}  # question id -> its values, in prediction order
+    self._odds: dict[str, float] = {}
+
+  def add(self, dataset: list, predictions: dict[str, str], null_odds: dict | None = None,
+          non_null: dict | None = None) -> None:
+    for article in dataset:
+      ids = self._titles.setdefault(article["title"], [])
+      ids.extend(qa["id"] for p in article["paragraphs"] for qa in p["qas"])
+    if not self.version_2:
+      qas = {qa["id"]: qa for qa in _questions(dataset)}
+      for qid, pred in predictions.items():
+        self._rows[qid] = _v1_question(qas[qid], pred)
+      return
+    has_ans, exact, f1 = _raw_scores_v2(dataset, predictions)
+    nn_exact = nn_f1 = {}
+    if null_odds:
+      _, nn_exact, nn_f1 = _raw_scores_v2(dataset, non_null)
+      self._odds.update(null_odds)
+    for qid, pred in predictions.items():
+      self._rows[qid] = (has_ans[qid], exact[qid], f1[qid], bool(pred),
+                         nn_exact.get(qid), nn_f1.get(qid), bool((non_null or {}).get(qid)))
+
+  def result(self) -> dict[str, float]:
+    order = [q for ids in self._titles.values() for q in ids]
+    rows = self._rows
+    if not self.version_2:
+      em = f1 = 0
+      for q in order:
+        em += rows[q][0]
+        f1 += rows[q][1]
+      return {"exact_match": 100.0 * em / len(order), "f1": 100.0 * f1 / len(order)}
+    has_ans = {q: rows[q][0] for q in order}
+    column = lambda i: {q: rows[q][i] for q in order}  # noqa: E731
+    nonempty = {q: r[3] for q, r in rows.items()}
+    na_probs = self._odds or {q: 0.0 for q in rows}
+    results = _v2_from_raw(has_ans, column(1), column(2), nonempty, na_probs, 1.0)
+    if self._odds:
+      results.update(_tuned_from_raw(has_ans, column(4), column(5),
+                                     {q: r[6] for q, r in rows.items()}, self._odds))
+    return results

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from poi_jax.tasks.base import Task, cap, local_path
+from poi_jax.tasks.base import Evaluator, Task, cap, local_path
 
 # Modules of this package that define no task.
 _NOT_TASKS = frozenset({"base"})
@@ -63,4 +63,5 @@ def abstract_model(config):
   return nnx.eval_shape(lambda: build_model(config, nnx.Rngs(0)))
 
 
-__all__ = ["Task", "names", "get_task", "build_model", "abstract_model", "cap", "local_path"]
+__all__ = ["Evaluator", "Task", "names", "get_task", "build_model", "abstract_model", "cap",
+           "local_path"]

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import ml_collections
 import numpy as np
 from flax import nnx
 
 from poi_jax.data.features.base import Features
+from poi_jax.io import JsonStreamWriter
 
 Config = ml_collections.ConfigDict
 
@@ -34,7 +35,7 @@ class Task:
 
   Attributes:
     name: the config's ``task`` value.
-    metric: key of ``evaluate``'s result that selects the best checkpoint.
+    metric: key of the evaluator's scores that selects the best checkpoint.
     read: ``(config, split) -> iterator of records`` (streamed: the readers yield one record at
       a time, so memory does not grow with the corpus) with ``split`` in {"train", "eval",
       "predict"} (files
@@ -42,15 +43,15 @@ class Task:
       answers, "eval" must: an evaluation that cannot be scored fails here, before training);
       validates the input and raises a clear error (file, record, field) before any compute.
     featurize: ``(records, tokenizer, config, is_training) -> Features`` (``arrays``: dict of
-      ``(N, ...)`` numpy arrays, ``meta``: whatever ``evaluate`` needs).
+      ``(N, ...)`` numpy arrays, ``meta``: whatever the evaluator needs).
     build_model: ``(config, rngs) -> nnx.Module`` with random weights (see the module docstring).
     load_pretrained: ``(model, checkpoint) -> report``: loads ``model.init_from`` into the model.
-    evaluate: ``(config, records, features, outputs, out_dir, *, score=True) -> dict of
-      scores``; writes the predictions (and, when scoring, the gold it scored against where the
-      official format has one) into ``out_dir``; ``score=False`` (predict mode): predictions
-      only, returns ``{}``. Scores come from ``records`` (never by re-reading a file), so every
-      source, TFDS included, and every cap is scored. ``outputs``: the model's outputs over all
-      features, as numpy arrays with leading axis N.
+    evaluator: ``(config, out_dir, *, score=True) -> Evaluator`` (see `Evaluator`): decodes the
+      model's outputs a chunk of whole examples at a time, writes the predictions into
+      ``out_dir`` as it goes (and, when scoring, the gold it scored against where the official
+      format has one) and scores from small values kept per question; ``score=False`` (predict
+      mode): predictions only, ``finish`` returns ``{}``. Scores come from the records (never by
+      re-reading a file), so every source, TFDS included, and every cap is scored.
     model_keys: the feature arrays the model reads (others stay on the host).
     export_pretrained: ``(model, directory, tokenizer) -> None`` or None: the fine-tuned encoder
       as a HuggingFace directory.
@@ -70,7 +71,7 @@ class Task:
   read: Callable[[Config, str], Iterable]
   featurize: Callable[..., Features]
   build_model: Callable[[Config, nnx.Rngs], nnx.Module]
-  evaluate: Callable[..., dict]
+  evaluator: Callable[..., "Evaluator"]
   model_keys: tuple[str, ...]
   load_pretrained: Callable[[nnx.Module, str], Any] | None = None
   export_pretrained: Callable[..., None] | None = None
@@ -102,8 +103,63 @@ class Task:
         f"head: {head}: {n - n_enc:,} parameters over the encoder",
         f"parameters: {n:,}"])
 
+  def evaluate(self, config: Config, records: Sequence, features: Features,
+               outputs: Mapping[str, np.ndarray], out_dir: str, *, score: bool = True) -> dict:
+    """The evaluator over one chunk holding every example (``records``; ``features`` and the
+    model's ``outputs`` of all their windows): for callers that hold a whole small split."""
+    with self.evaluator(config, out_dir, score=score) as evaluator:
+      evaluator.add(records, features, outputs)
+      return evaluator.finish()
+
   def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k in self.model_keys}
+
+
+class Evaluator:
+  """One evaluation of a split, decoded and scored a chunk of whole examples at a time, so
+  memory holds one chunk (the engine's chunk is one feature shard: `poi_jax.train.eval_stream`).
+
+  ``add(records, features, outputs)`` takes consecutive chunks in order: ``records`` are the
+  chunk's examples, ``features`` their windows' arrays and meta with example indices counted
+  from the chunk's first record (``example_index`` 0 = ``records[0]``), ``outputs`` the model's
+  outputs on those windows (numpy, leading axis = windows). A task's evaluator writes each
+  chunk's predictions to files opened with `open_json` (streamed: byte for byte the JSON of the
+  whole split) and keeps only small values per question for its scores. ``finish()`` ends the
+  files and returns the scores (``{}`` without ``score``). Used as a context manager, an error
+  closes the files unfinished (the engine then drops its staging directory).
+  """
+
+  def __init__(self, config: Config, out_dir: str, *, score: bool = True):
+    self.config, self.out_dir, self.score = config, out_dir, score
+    self._files: list = []
+
+  def open_json(self, name: str, **kwargs):
+    """A `poi_jax.io.JsonStreamWriter` for ``out_dir/name``, ended by `finish`."""
+    writer = JsonStreamWriter(os.path.join(self.out_dir, name), **kwargs)
+    self._files.append(writer)
+    return writer
+
+  def add(self, records: Sequence, features: Features,
+          outputs: Mapping[str, np.ndarray]) -> None:
+    raise NotImplementedError
+
+  def scores(self) -> dict:
+    """The metrics, once every chunk is added (called by `finish` when scoring)."""
+    raise NotImplementedError
+
+  def finish(self) -> dict:
+    for f in self._files:
+      f.close()
+    return self.scores() if self.score else {}
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    if exc_type is not None:
+      for f in self._files:
+        f.abort()
+    return False
 
 
 def local_path(config: Config, split: str) -> str:

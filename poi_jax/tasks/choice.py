@@ -3,7 +3,6 @@ level)."""
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 
@@ -13,7 +12,6 @@ from poi_jax.data.features.multiple_choice import build_choice_features
 from poi_jax.data.pos import pos_version
 from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.eval import choice
-from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 from poi_jax.tasks import squad as squad_task
@@ -89,19 +87,32 @@ def build_model(config, rngs):
                    f"(known: poi, duma, none)")
 
 
-def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
-  del config, records
-  logits = np.asarray(outputs["logits"])
-  preds = {qid: int(p) for qid, p in zip(features.meta["ids"], logits.argmax(-1))}
-  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  if not score:
-    return {}  # predict mode: predictions only
-  return choice.choice_accuracy(logits, features.arrays["labels"], features.meta["levels"])
+class ChoiceEvaluator(base.Evaluator):
+  """``predictions.json`` (question id -> option index) and the accuracy (RACE: per level),
+  keeping whether each question was answered right and its level."""
+
+  def __init__(self, config, out_dir, *, score=True):
+    super().__init__(config, out_dir, score=score)
+    self.preds = self.open_json("predictions.json")
+    self.correct: list[np.ndarray] = []
+    self.levels: list[str] = []
+
+  def add(self, records, features, outputs):
+    del records
+    picked = np.asarray(outputs["logits"]).argmax(-1)
+    for qid, p in zip(features.meta["ids"], picked):
+      self.preds.add(qid, int(p))
+    self.correct.append(picked == np.asarray(features.arrays["labels"]))
+    self.levels.extend(features.meta["levels"])
+
+  def scores(self):
+    return choice.accuracy(np.concatenate(self.correct) if self.correct else np.zeros(0, bool),
+                           self.levels)
 
 
 def _task(name, read):
   return base.Task(name=name, metric="accuracy", read=read, featurize=featurize,
-                   build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
+                   build_model=build_model, evaluator=ChoiceEvaluator, model_keys=MODEL_KEYS,
                    load_pretrained=squad_task.load_pretrained,
                    export_pretrained=squad_task.export_pretrained,
                    describe_head=squad_task.describe_head, shard_spec=shard_spec)

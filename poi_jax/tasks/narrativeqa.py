@@ -10,7 +10,6 @@ joined by spaces) go to ``<workdir>/predictions.json``.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
@@ -20,7 +19,6 @@ from poi_jax.data.features import vocab as vocab_lib
 from poi_jax.data.features.base import Features
 from poi_jax.data.readers import narrativeqa as reader
 from poi_jax.eval import rouge_bleu, spans
-from poi_jax.io import write_json_atomic
 from poi_jax.tasks import base
 
 QANET_KEYS = ("passage_words", "passage_chars", "passage_mask", "question_words",
@@ -227,27 +225,43 @@ def export_pretrained(model, directory, tokenizer=None):
     encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
-  del records
-  meta = features.meta
+def _predictions(config, meta, outputs) -> dict[str, str]:
+  """qid -> answer text (the span's words joined by spaces) of the windows in ``meta``."""
   if "span_start_logits" in outputs:
     best = spans.best_spans(outputs["span_start_logits"], outputs["span_end_logits"])
-    preds = {qid: " ".join(ctx[s:e + 1])
-             for qid, ctx, (s, e) in zip(meta["qids"], meta["contexts"], best)}
-  else:
-    start, end = np.asarray(outputs["start_logits"]), np.asarray(outputs["end_logits"])
-    preds = {}
-    for i, (qid, ctx, word_of) in enumerate(zip(meta["qids"], meta["contexts"],
-                                                meta["word_of_token"])):
-      ok = word_of >= 0
-      s_l = np.where(ok, start[i], -np.inf)[None]
-      e_l = np.where(ok, end[i], -np.inf)[None]
-      s, e = spans.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
-      preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
-  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  if not score:
-    return {}  # predict mode: predictions only
-  return rouge_bleu.narrativeqa_scores(preds, meta["references"])
+    return {qid: " ".join(ctx[s:e + 1])
+            for qid, ctx, (s, e) in zip(meta["qids"], meta["contexts"], best)}
+  start, end = np.asarray(outputs["start_logits"]), np.asarray(outputs["end_logits"])
+  preds = {}
+  for i, (qid, ctx, word_of) in enumerate(zip(meta["qids"], meta["contexts"],
+                                              meta["word_of_token"])):
+    ok = word_of >= 0
+    s_l = np.where(ok, start[i], -np.inf)[None]
+    e_l = np.where(ok, end[i], -np.inf)[None]
+    s, e = spans.best_spans(s_l, e_l, config.eval.max_answer_length)[0]
+    preds[qid] = " ".join(ctx[word_of[s]:word_of[e] + 1]) if ok[s] and ok[e] else ""
+  return preds
+
+
+class NarrativeQaEvaluator(base.Evaluator):
+  """``predictions.json`` (qid -> answer text) and Rouge-L / BLEU from per-question values
+  (`rouge_bleu.NarrativeQaScores`). (The split is one feature shard, so one chunk.)"""
+
+  def __init__(self, config, out_dir, *, score=True):
+    super().__init__(config, out_dir, score=score)
+    self.preds = self.open_json("predictions.json")
+    self.scorer = rouge_bleu.NarrativeQaScores()
+
+  def add(self, records, features, outputs):
+    del records
+    preds = _predictions(self.config, features.meta, outputs)
+    for qid, text in preds.items():
+      self.preds.add(qid, text)
+    if self.score:
+      self.scorer.add(preds, features.meta["references"])
+
+  def scores(self):
+    return self.scorer.result()
 
 
 def _build_whole_split(records, tokenizer, *, config_json: str, is_training: bool):
@@ -299,7 +313,8 @@ def shard_spec(config, tokenizer, split: str):
 
 TASKS = {"narrativeqa": base.Task(
     name="narrativeqa", metric="rouge_l", read=read, featurize=featurize,
-    build_model=build_model, evaluate=evaluate, model_keys=QANET_KEYS + ENCODER_KEYS,
+    build_model=build_model, evaluator=NarrativeQaEvaluator,
+    model_keys=QANET_KEYS + ENCODER_KEYS,
     load_pretrained=load_pretrained, export_pretrained=export_pretrained,
     needs_tokenizer=lambda config: config.model.head == "encoder_dassa",
     shard_spec=shard_spec)}

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from poi_jax.data import parallel, shards
 from poi_jax.data.features import nq_windows
 from poi_jax.data.readers import nq as nq_reader
 from poi_jax.eval import nq as nq_eval
-from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -94,23 +92,41 @@ def export_pretrained(model, directory, tokenizer=None):
   encoders.export_pretrained(model.bert, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
-  preds = nq_eval.decode_nq(records, features, outputs,
-                            max_answer_length=config.eval.max_answer_length)
-  write_json_atomic(os.path.join(workdir, "predictions.json"), {"predictions": preds})
-  if not score:
-    return {}  # predict mode: predictions only
-  if not any(r.annotations for r in records):
-    raise ValueError(f"data.eval_file={config.data.eval_file!r} has no annotations to score "
-                     f"against; use --mode=predict for predictions only")
-  n = config.data.nq
-  return nq_eval.nq_metrics(nq_eval.gold_labels(records), preds,
-                            long_non_null_threshold=n.long_non_null_threshold,
-                            short_non_null_threshold=n.short_non_null_threshold)
+class NqEvaluator(base.Evaluator):
+  """``predictions.json`` in the official format (``{"predictions": [...]}``, one per page, in
+  order) and the official metrics, keeping one small tuple per page (`nq_eval.answer_stats`)."""
+
+  def __init__(self, config, out_dir, *, score=True):
+    super().__init__(config, out_dir, score=score)
+    self.preds = self.open_json("predictions.json", list_key="predictions")
+    self.long_stats: list = []
+    self.short_stats: list = []
+    self.annotated = False
+
+  def add(self, records, features, outputs):
+    preds = nq_eval.decode_nq(records, features, outputs,
+                              max_answer_length=self.config.eval.max_answer_length)
+    for p in preds:
+      self.preds.append(p)
+    if not self.score:
+      return
+    self.annotated = self.annotated or any(r.annotations for r in records)
+    n = self.config.data.nq
+    long_stats, short_stats = nq_eval.answer_stats(
+        nq_eval.gold_labels(records), preds, n.long_non_null_threshold,
+        n.short_non_null_threshold)
+    self.long_stats += long_stats
+    self.short_stats += short_stats
+
+  def scores(self):
+    if not self.annotated:
+      raise ValueError(f"data.eval_file={self.config.data.eval_file!r} has no annotations to "
+                       f"score against; use --mode=predict for predictions only")
+    return nq_eval.metrics_from_stats(self.long_stats, self.short_stats)
 
 
 TASKS = {"nq": base.Task(name="nq", metric=METRIC, read=read, featurize=featurize,
-                         build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
+                         build_model=build_model, evaluator=NqEvaluator, model_keys=MODEL_KEYS,
                          load_pretrained=load_pretrained, export_pretrained=export_pretrained,
                          encoder_attr="bert", describe_head=describe_head,
                          shard_spec=shard_spec)}

@@ -12,14 +12,12 @@ Predictions go to ``<workdir>/predictions.json`` (qid -> text) and ``prediction_
 from __future__ import annotations
 
 import logging
-import os
 
 from poi_jax.data import shards
 from poi_jax.data.features import segments
 from poi_jax.data.readers.newsqa import read_newsqa
 from poi_jax.data.readers.nlquad import read_nlquad
 from poi_jax.eval import iou
-from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -129,29 +127,41 @@ def export_pretrained(model, directory, tokenizer=None):
   encoders.export_pretrained(model.encoder, directory, tokenizer=tokenizer)
 
 
-def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
-  from poi_jax.models import qopn
-  m = features.meta
-  decoded = qopn.decode_spans(outputs["start_logits"], outputs["end_logits"], m["token_index"],
-                              m["offsets"], m["contexts"], config.eval.max_answer_length)
-  preds, detail, char_spans = {}, {}, {}
-  for qid, (text, a, b, score) in zip(m["qids"], decoded):
-    preds[qid] = text
-    detail[qid] = {"text": text, "start": a, "end": b, "score": score}
-    char_spans[qid] = (a, b)
-  write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-  write_json_atomic(os.path.join(workdir, "prediction_spans.json"), detail)
-  if not score:
-    return {}  # predict mode: predictions only
-  scores = iou.evaluate_spans(records, char_spans)
-  if config.task == "newsqa":
-    scores = {k: scores[k] for k in ("exact_match", "f1")}
-  return scores
+class QopnEvaluator(base.Evaluator):
+  """``predictions.json`` (qid -> text), ``prediction_spans.json`` (qid -> ``{text, start, end,
+  score}``) and EM/F1 (NLQuAD: also IoU, precision, recall) from running sums
+  (`poi_jax.eval.iou.SpanScores`)."""
+
+  def __init__(self, config, out_dir, *, score=True):
+    super().__init__(config, out_dir, score=score)
+    self.preds = self.open_json("predictions.json")
+    self.detail = self.open_json("prediction_spans.json")
+    self.spans = iou.SpanScores()
+
+  def add(self, records, features, outputs):
+    from poi_jax.models import qopn
+    m = features.meta
+    decoded = qopn.decode_spans(outputs["start_logits"], outputs["end_logits"],
+                                m["token_index"], m["offsets"], m["contexts"],
+                                self.config.eval.max_answer_length)
+    char_spans = {}
+    for qid, (text, a, b, score) in zip(m["qids"], decoded):
+      self.preds.add(qid, text)
+      self.detail.add(qid, {"text": text, "start": a, "end": b, "score": score})
+      char_spans[qid] = (a, b)
+    if self.score:
+      self.spans.add(records, char_spans)
+
+  def scores(self):
+    scores = self.spans.result()
+    if self.config.task == "newsqa":
+      scores = {k: scores[k] for k in ("exact_match", "f1")}
+    return scores
 
 
 def _task(name):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
-                   build_model=build_model, evaluate=evaluate, model_keys=MODEL_KEYS,
+                   build_model=build_model, evaluator=QopnEvaluator, model_keys=MODEL_KEYS,
                    load_pretrained=load_pretrained, export_pretrained=export_pretrained,
                    describe_head=describe_head, shard_spec=shard_spec)
 

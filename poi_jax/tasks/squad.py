@@ -1,10 +1,10 @@
 """SQuAD 1.1 / 2.0 (extractive): POI-Net or the plain encoder, official SQuAD metrics."""
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
-
-import functools
 
 from poi_jax.data import parallel, readers, shards
 from poi_jax.data.features import extractive
@@ -12,7 +12,6 @@ from poi_jax.data.features.extractive import build_extractive_features, check_op
 from poi_jax.data.pos import pos_version
 from poi_jax.data.readers import tfds as tfds_reader
 from poi_jax.eval import spans, squad
-from poi_jax.io import write_json_atomic
 from poi_jax.models import build
 from poi_jax.tasks import base
 
@@ -157,35 +156,74 @@ def gold_dataset(records) -> list[dict]:
   return [{"title": title, "paragraphs": paras} for title, paras in articles.items()]
 
 
-def _evaluate(version_2: bool):
-  def evaluate(config, records, features, outputs, workdir, *, score: bool = True):
-    e = config.eval
+class SquadEvaluator(base.Evaluator):
+  """``predictions.json`` (qid -> text), ``nbest_predictions.json``, SQuAD 2.0:
+  ``null_odds.json``; when scoring, ``gold.json`` (`gold_dataset` of the evaluated records) and
+  the official scores (`poi_jax.eval.squad.StreamedScores`), a chunk of questions at a time.
+  The gold paragraphs are spooled to a file as they come and grouped by title at the end, so
+  ``gold.json`` equals `gold_dataset` of the whole split while memory holds their offsets."""
+
+  def __init__(self, config, out_dir, *, score=True, version_2: bool):
+    super().__init__(config, out_dir, score=score)
+    self.version_2 = version_2
+    self.preds = self.open_json("predictions.json")
+    self.nbest = self.open_json("nbest_predictions.json")
+    self.odds = self.open_json("null_odds.json") if version_2 else None
+    self.scorer = squad.StreamedScores(version_2)
+    self._spool = open(os.path.join(out_dir, ".gold-paragraphs"), "w+b") if score else None
+    self._titles: dict[str, list[tuple[int, int]]] = {}  # title -> its paragraphs' spool spans
+
+  def add(self, records, features, outputs):
+    e = self.config.eval
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
         n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,
-        version_2_with_negative=version_2,
+        version_2_with_negative=self.version_2,
         null_score_diff_threshold=e.null_score_diff_threshold)
-    write_json_atomic(os.path.join(workdir, "predictions.json"), preds)
-    write_json_atomic(os.path.join(workdir, "nbest_predictions.json"), nbest)
-    if version_2:
-      write_json_atomic(os.path.join(workdir, "null_odds.json"), odds)
-    if not score:
-      return {}  # predict mode: predictions only
+    for qid in preds:
+      self.preds.add(qid, preds[qid])
+      self.nbest.add(qid, nbest[qid])
+      if self.odds is not None:
+        self.odds.add(qid, odds[qid])
+    if not self.score:
+      return
     dataset = gold_dataset(records)
-    write_json_atomic(os.path.join(workdir, "gold.json"), {"version": "v2.0" if version_2
-                                                           else "1.1", "data": dataset})
-    if version_2:
-      results = squad.squad_v2_evaluate(dataset, preds, odds if odds else None)
-      if odds:  # the paper's δ, fitted on this set (tuned_*; see eval.squad)
-        results.update(squad.tuned_null_threshold(dataset, spans.best_non_null(nbest), odds))
-      return results
-    return squad.squad_v1_evaluate(dataset, preds)
-  return evaluate
+    for article in dataset:
+      spans_ = self._titles.setdefault(article["title"], [])
+      for para in article["paragraphs"]:
+        line = json.dumps(para).encode()
+        spans_.append((self._spool.tell(), len(line)))
+        self._spool.write(line)
+    self.scorer.add(dataset, preds, odds if self.version_2 else None,
+                    spans.best_non_null(nbest) if self.version_2 and odds else None)
+
+  def scores(self):
+    gold = self.open_json("gold.json", list_key="data",
+                          head={"version": "v2.0" if self.version_2 else "1.1"})
+    for title, paragraphs in self._titles.items():  # one article in memory at a time
+      paras = []
+      for offset, size in paragraphs:
+        self._spool.seek(offset)
+        paras.append(json.loads(self._spool.read(size)))
+      gold.append({"title": title, "paragraphs": paras})
+    gold.close()
+    self._close_spool()
+    return self.scorer.result()
+
+  def _close_spool(self):
+    if self._spool is not None and not self._spool.closed:
+      self._spool.close()
+      os.remove(self._spool.name)
+
+  def __exit__(self, exc_type, exc, tb):
+    self._close_spool()
+    return super().__exit__(exc_type, exc, tb)
 
 
 def _task(name, version_2):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
-                   build_model=build_model, evaluate=_evaluate(version_2),
+                   build_model=build_model,
+                   evaluator=functools.partial(SquadEvaluator, version_2=version_2),
                    model_keys=MODEL_KEYS, load_pretrained=load_pretrained,
                    export_pretrained=export_pretrained, describe_head=describe_head,
                    shard_spec=shard_spec)

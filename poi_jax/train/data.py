@@ -88,7 +88,7 @@ def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | No
                   progress: bool = True) -> shards.ShardedSplit:
   """The split's feature shards in ``data.cache_dir`` (resolved: `poi_jax.train.setup.
   with_cache_dir`), building the missing ones. ``records``: the split's (capped) records when the
-  caller already holds them (evaluation needs them for scoring), else they are streamed."""
+  caller already holds them, else they are streamed."""
   plan = split_plan(task, config, split, tokenizer)
   split_records = records if records is not None else stream_records(task, config, split)
   prepared = shards.prepare(

@@ -1,11 +1,12 @@
 """Evaluation inside a run: predict over a split's features on the mesh, decode and score with
-the task, write the results together, and export the best encoder.
+the task's `Evaluator` one feature shard at a time (`poi_jax.train.eval_stream`: memory holds a
+shard, never the split), write the results together, and export the best encoder.
 
 Where files go: while training, into the workdir (``predictions.json``, ``eval_results.json``,
 ...: the latest evaluation's); for ``--mode=eval`` / ``predict``, into the run's own
 ``output_dir`` (`poi_jax.train.setup.default_output_dir`), with that evaluation's
-``config.json``, so the training run's files are never touched. One evaluation's files are first
-written to a staging directory and then moved into place together.
+``config.json``, so the training run's files are never touched. One evaluation's files are
+written as they are decoded into a staging directory, then moved into place together.
 """
 from __future__ import annotations
 
@@ -14,34 +15,13 @@ import shutil
 import tempfile
 
 import jax
-import numpy as np
 from flax import nnx
 from tqdm import tqdm
 
 from poi_jax import faults
-from poi_jax.data.loader import eval_batches
 from poi_jax.io import default_mode, write_json_atomic
-from poi_jax.train import placement
-from poi_jax.train import watchdog
+from poi_jax.train import eval_stream, placement
 from poi_jax.train.setup import config_dict
-
-
-def predict(run, split, batch_size: int, *, desc: str = "predict") -> dict[str, np.ndarray]:
-  """The model's outputs over every window of ``split`` (numpy, leading axis = number of
-  windows); the windows are read batch by batch from the split's feature shards."""
-  sharded = run.sharded
-  rows = split.shards.rows(run.task.model_keys)
-  n = len(rows)
-  outs = []
-  batches = eval_batches(rows, batch_size, process_index=jax.process_index(),
-                         process_count=jax.process_count())
-  n_batches = -(-n // batch_size)
-  for local in tqdm(batches, total=n_batches, desc=desc, unit="batch", leave=False,
-                    dynamic_ncols=True, disable=not run.is_chief):
-    out = sharded.predict_step(sharded.state, placement.global_batch(local, sharded.mesh))
-    watchdog.progress(phase="evaluating")  # (before the gather; see the training loop)
-    outs.append(placement.to_host(out))
-  return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
 
 
 def _publish(staging: str, out_dir: str, whole_dir: bool) -> None:
@@ -61,19 +41,25 @@ def _publish(staging: str, out_dir: str, whole_dir: bool) -> None:
   os.rmdir(staging)
 
 
+def _decode(run, split, out_dir: str, *, score: bool, desc: str) -> dict:
+  """Streams ``split`` shard by shard through the task's evaluator, which writes into
+  ``out_dir``; returns its scores."""
+  with run.task.evaluator(run.config, out_dir, score=score) as evaluator:
+    for records, features, outputs in eval_stream.chunks(
+        run, split, run.config.train.eval_batch_size, desc=desc):
+      evaluator.add(records, features, outputs)
+    return evaluator.finish()
+
+
 def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
-  """Predicts ``run.eval``, decodes and (except in predict mode) scores it. Every process scores
-  (they hold the same gathered outputs and must pass the same metrics to orbax); only process 0
-  writes. With ``save`` (training), the checkpoint of ``step`` is saved with its metric so the
-  best one is known."""
+  """Predicts ``run.eval``, decodes and (except in predict mode) scores it. Every process predicts
+  its rows of every batch and decodes and scores the gathered outputs (they must pass the same
+  metrics to orbax); only process 0 writes. With ``save`` (training), the checkpoint of ``step``
+  is saved with its metric so the best one is known."""
   config, split = run.config, run.eval
   score = run.mode != "predict"
-  outputs = predict(run, split, config.train.eval_batch_size,
-                    desc="predict" if not score else f"eval @ {step}")
-  # Decoding maps windows back to questions: the split's arrays and meta, for this evaluation
-  # only (training never holds them).
-  features = split.load_features()
-  counts = {"num_questions": len(split.records), "num_questions_in_source": split.num_in_source}
+  desc = "predict" if not score else f"eval @ {step}"
+  counts = {"num_questions": split.num_examples, "num_questions_in_source": split.num_in_source}
   if run.is_chief:
     out_dir = os.path.abspath(run.output_dir)
     whole_dir = out_dir != os.path.abspath(run.workdir)
@@ -83,8 +69,7 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
       os.makedirs(parent, exist_ok=True)
       staging = tempfile.mkdtemp(dir=parent, prefix=".staging-")
       os.chmod(staging, default_mode(directory=True))
-      results = run.task.evaluate(config, split.records, features, outputs, staging,
-                                  score=score)
+      results = _decode(run, split, staging, score=score, desc=desc)
       write_json_atomic(os.path.join(staging, "eval_results.json"),
                         dict(results, step=step, **counts))
       if run.mode in ("eval", "predict"):
@@ -105,12 +90,11 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
                                 if isinstance(v, (int, float))})
     shown = {k: round(v, 2) if isinstance(v, float) else v for k, v in results.items()}
     tqdm.write(f"{'predictions' if not score else 'eval'} @ step {step} "
-               f"({len(split.records)} of {split.num_in_source} questions) -> {out_dir}"
+               f"({split.num_examples} of {split.num_in_source} questions) -> {out_dir}"
                + (f": {shown}" if shown else ""))
   else:
     with tempfile.TemporaryDirectory() as scratch:
-      results = run.task.evaluate(config, split.records, features, outputs, scratch,
-                                  score=score)
+      results = _decode(run, split, scratch, score=score, desc=desc)
   if save and step > 0:
     metric = run.checkpointer.best_metric
     # Every numeric score is kept with the checkpoint: `poi_jax.reader` reads the SQuAD 2.0 null

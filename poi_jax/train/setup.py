@@ -1,6 +1,6 @@
 """Everything a run needs, built and validated before anything compiles (MaxText's
-``setup_train_loop``): the task, the mesh, the tokenizer, the records and features of each split,
-the model (+ pretrained weights), the optimizer and the step count.
+``setup_train_loop``): the task, the mesh, the tokenizer, the feature shards of each split (the
+evaluation's records read and validated first), the model (+ pretrained weights), the optimizer and the step count.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from absl import logging
 from flax import nnx
 
 from poi_jax import tasks
-from poi_jax.data.features.base import Features
 from poi_jax.io import write_json_atomic
 from poi_jax.models import build, encoders
 from poi_jax.train import checkpoint as ckpt_lib
@@ -29,20 +28,17 @@ MODES = ("train", "eval", "train_and_eval", "predict")
 
 @dataclasses.dataclass
 class Split:
-  """One data split: its feature shards (`poi_jax.data.shards.ShardedSplit`), how many records
-  its source holds (more than the shards' when a cap applies), and, for evaluation, its records
-  (for decoding and scoring; training never holds its records)."""
-  records: list | None
+  """One data split: its feature shards (`poi_jax.data.shards.ShardedSplit`), its role
+  (``train``, ``eval``, ``predict``: which ``data.<role>_file`` it reads; evaluation streams its
+  records again from there, shard by shard) and how many records its source holds (more than the
+  shards' when a cap applies). No split holds its records."""
+  role: str
   shards: Any
   num_in_source: int
 
   @property
   def num_examples(self) -> int:
     return self.shards.num_examples
-
-  def load_features(self) -> Features:
-    """Every window's arrays and meta in memory (evaluation's decoding), merged by the task."""
-    return self.shards.load_features()
 
 
 @dataclasses.dataclass
@@ -169,22 +165,24 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
                      f"empty, so there are no trained weights to evaluate; train first, or pass "
                      f"--config.model.init_from=<checkpoint>")
 
-  # Read and validate the evaluation's records before anything is built (the training
-  # records are streamed into feature shards below, each validated as it is read).
-  eval_records = None
+  # Read and validate the evaluation's records before anything is built (streamed and counted,
+  # not held: evaluation streams them again shard by shard; the training records are streamed
+  # into feature shards below, each validated as it is read).
   n_eval_source = 0
   d = config.data
+  eval_role = "predict" if mode == "predict" else "eval"
   if mode in ("eval", "train_and_eval", "predict"):
-    records = list(task.read(config, "predict" if mode == "predict" else "eval"))
-    n_eval_source = len(records)
-    eval_records = tasks.cap(records, d.max_eval_examples, d.get("skip_eval_examples", 0))
-    if not eval_records:
-      raise ValueError(f"no {'predict' if mode == 'predict' else 'eval'} questions left after "
+    n_eval_source = sum(1 for _ in task.read(config, eval_role))
+    skip, limit = data_lib.split_caps(config, eval_role)
+    n_eval = max(n_eval_source - skip, 0) if limit is None else \
+        min(max(n_eval_source - skip, 0), limit)
+    if not n_eval:
+      raise ValueError(f"no {eval_role} questions left after "
                        f"data.skip_eval_examples={d.get('skip_eval_examples', 0)} and "
                        f"data.max_eval_examples={d.max_eval_examples} ({n_eval_source} in the "
                        f"source)")
-    if len(eval_records) < n_eval_source:
-      print(f"{'predicting' if mode == 'predict' else 'scoring'} {len(eval_records)} of "
+    if n_eval < n_eval_source:
+      print(f"{'predicting' if mode == 'predict' else 'scoring'} {n_eval} of "
             f"{n_eval_source} questions (data.max_eval_examples={d.max_eval_examples}, "
             f"data.skip_eval_examples={d.get('skip_eval_examples', 0)})")
 
@@ -218,12 +216,10 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
     if prepared.num_windows == 0:
       raise ValueError(f"no training features: the {prepared.num_examples} training records of "
                        f"data.train_file={config.data.train_file!r} gave no window")
-    train = Split(None, prepared, prepared.num_examples)
+    train = Split("train", prepared, prepared.num_examples)
     total = _total_steps(config, prepared.num_windows)
-  if eval_records is not None:
-    role = "predict" if mode == "predict" else "eval"
-    evaluation = Split(eval_records, data_lib.prepare_split(task, config, role, tokenizer,
-                                                            records=iter(eval_records)),
+  if mode in ("eval", "train_and_eval", "predict"):
+    evaluation = Split(eval_role, data_lib.prepare_split(task, config, eval_role, tokenizer),
                        n_eval_source)
 
   tx, schedule = optim.make_optimizer(config.optim, total)

@@ -10,32 +10,40 @@ import types
 import pytest
 
 from poi_jax import faults
+from poi_jax.tasks.base import Evaluator
 from poi_jax.train import evaluate as eval_lib
 
 
-def _run(tmp_path, task_evaluate, mode="train_and_eval", output_dir=None):
-  split = types.SimpleNamespace(records=[1, 2], load_features=lambda: None, num_in_source=2)
+def _run(tmp_path, evaluator, mode="train_and_eval", output_dir=None):
+  split = types.SimpleNamespace(num_examples=2, num_in_source=2)
   writes = []
   return types.SimpleNamespace(
       config=types.SimpleNamespace(train=types.SimpleNamespace(eval_batch_size=2)),
       eval=split, mode=mode, is_chief=True, workdir=str(tmp_path),
-      output_dir=output_dir or str(tmp_path), task=types.SimpleNamespace(evaluate=task_evaluate),
+      output_dir=output_dir or str(tmp_path), task=types.SimpleNamespace(evaluator=evaluator),
       writer=types.SimpleNamespace(write=lambda step, **kw: writes.append(step)))
 
 
 def _writes(answer, fail_with=None):
-  def task_evaluate(config, records, features, outputs, out_dir, score=True):
-    with open(os.path.join(out_dir, "predictions.json"), "w") as f:
-      json.dump({"q1": answer}, f)
-    if fail_with is not None:  # the disk fills up at the second file
-      raise OSError(fail_with, os.strerror(fail_with), os.path.join(out_dir, "nbest.json"))
-    return {"f1": 50.0}
-  return task_evaluate
+  class Writes(Evaluator):
+    def add(self, records, features, outputs):
+      self.open_json("predictions.json").add("q1", answer)
+      if fail_with is not None:  # the disk fills up at the second file
+        raise OSError(fail_with, os.strerror(fail_with), os.path.join(self.out_dir, "nbest.json"))
+
+    def scores(self):
+      return {"f1": 50.0}
+  return Writes
+
+
+@pytest.fixture(autouse=True)
+def _one_chunk(monkeypatch):
+  """No model: the evaluation's data is one chunk of two records."""
+  monkeypatch.setattr(eval_lib.eval_stream, "chunks", lambda *a, **k: iter([([1, 2], None, {})]))
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
 def test_failed_prediction_write_keeps_the_previous_predictions(tmp_path, monkeypatch, code):
-  monkeypatch.setattr(eval_lib, "predict", lambda *a, **k: {})
   eval_lib.evaluate(_run(tmp_path, _writes("first")), step=10, save=False)
   assert json.loads((tmp_path / "predictions.json").read_text()) == {"q1": "first"}
 
@@ -50,7 +58,6 @@ def test_failed_prediction_write_keeps_the_previous_predictions(tmp_path, monkey
 
 
 def test_failed_eval_mode_write_keeps_the_previous_output_dir(tmp_path, monkeypatch):
-  monkeypatch.setattr(eval_lib, "predict", lambda *a, **k: {})
   monkeypatch.setattr(eval_lib, "config_dict", lambda c: {})
   out = tmp_path / "eval" / "dev-10"
   eval_lib.evaluate(_run(tmp_path, _writes("first"), "eval", str(out)), step=10, save=False)
