@@ -15,11 +15,14 @@ Pieces (each compiled on its own in JAX; PyTorch eager, the same work):
   backward at the step's shape, for each JAX kernel (`poi_jax.layers.attention`) against
   PyTorch's SDPA.
 
-Timing: each piece is run ``--repeats`` times after a warm-up and its **minimum** is reported, and
-JAX and PyTorch alternate piece by piece, so that a shared machine's load spikes hit both sides
-alike (the minimum is the least-disturbed run). JAX runs with the engine's runtime defaults
-(`poi_jax.runtime.configure`), in this process; PyTorch with its own threads (``torch``'s
-default intra-op threads = the cores).
+Timing: each piece is run ``--repeats`` times after a warm-up and its **minimum** is reported,
+JAX's then PyTorch's, piece by piece (the minimum is the least-disturbed run on a shared
+machine). ``--clock=process``: CPU time of the process (user + system) instead of wall time; with
+one core and one thread each (``taskset -c 0 python bench/cpu_pieces.py --clock=process``: both
+libraries size their thread pools by the CPU affinity) it measures the work each side does,
+nearly independent of other jobs' load. JAX runs with the engine's runtime defaults
+(`poi_jax.runtime.configure`), in this process; PyTorch with its default intra-op threads (the
+cores it may use).
 """
 from __future__ import annotations
 
@@ -32,14 +35,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+CLOCK = {"wall": time.perf_counter, "process": time.process_time}
+_clock = time.perf_counter
+
+
 def best_of(fn, repeats: int) -> float:
-  """Minimum wall time (s) of ``fn()`` over ``repeats`` runs after one warm-up run."""
+  """Minimum time (s, ``--clock``) of ``fn()`` over ``repeats`` runs after one warm-up run."""
   fn()
   times = []
   for _ in range(repeats):
-    t0 = time.perf_counter()
+    t0 = _clock()
     fn()
-    times.append(time.perf_counter() - t0)
+    times.append(_clock() - t0)
   return min(times)
 
 
@@ -191,7 +198,10 @@ def main():
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--pieces", default="step,attention",
                   help="comma-separated: step (forward, fwd+bwd, update, step), attention")
+  ap.add_argument("--clock", default="wall", choices=sorted(CLOCK))
   args = ap.parse_args()
+  global _clock
+  _clock = CLOCK[args.clock]
   args.remat, args.scan, args.attention = "none", False, "auto"
   from poi_jax import runtime
   runtime.configure({})  # the engine's defaults (malloc reuse, XLA CPU flags, cache)
@@ -204,9 +214,9 @@ def main():
   print(f"# {' '.join(sys.argv)}")
   print(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads); {args.shape} POI-Net head={args.head}, "
-        f"{args.batch} x {args.seq}, float32; min of {args.repeats} runs, JAX and PyTorch "
-        f"alternating")
-  header = f"{'piece':<34} {'jax ms':>9} {'torch ms':>9} {'torch/jax':>10}"
+        f"{args.batch} x {args.seq}, float32; min of {args.repeats} runs, {args.clock} clock, "
+        f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {os.getloadavg()[0]:.1f}")
+  header = f"{'piece':<34} {'jax ms':>9} {'torch ms':>9} {'torch/jax':>10}"  # > 1: JAX faster
   print(header)
   print("-" * len(header))
   if "step" in wanted:
