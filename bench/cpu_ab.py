@@ -1,7 +1,8 @@
 r"""CPU training step, several variants interleaved step by step: each variant (PyTorch eager, the
 JAX engine with given runtime settings, XLA flags or attention kernel) lives in its own process,
 compiled and warm; the parent asks each in turn for one timed step, round after round, and
-reports each variant's **minimum** and median, and its speed relative to the first variant.
+reports each variant's **minimum** and median, and its speed relative to the first variant
+(> 1: faster than the first, PyTorch unless ``--no_torch``).
 
   python bench/cpu_ab.py                                # torch vs the engine's defaults
   python bench/cpu_ab.py --variant="attention xla::--attention=xla" \
@@ -143,12 +144,13 @@ def child(args):
   fn()
   fn()  # warm: compiled, memory pages touched
   print("ready", flush=True)
+  clock = time.process_time if args.clock == "process" else time.perf_counter
   for line in sys.stdin:
     if line.strip() != "go":
       break
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    print(json.dumps(time.perf_counter() - t0), flush=True)
+    print(json.dumps(clock() - t0), flush=True)
 
 
 def main():
@@ -161,6 +163,9 @@ def main():
   ap.add_argument("--variant", action="append", default=None,
                   help="LABEL:XLA_FLAGS:EXTRA (repeatable); default: the engine's defaults")
   ap.add_argument("--no_torch", action="store_true")
+  ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                  help="process: each child's CPU time (user + system); with `taskset -c 0` "
+                       "(one core, one thread each) the work per step, nearly load-independent")
   # child options
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
@@ -173,7 +178,7 @@ def main():
   if args.child:
     child(args)
     return
-  common = [f"--workload={args.workload}", f"--shape={args.shape}", f"--batch={args.batch}",
+  common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}", f"--batch={args.batch}",
             f"--seq={args.seq}", "--child"]
   specs = [] if args.no_torch else [("torch eager", None, ["--torch"])]
   for v in args.variant or ["jax (engine defaults)::"]:
@@ -205,8 +210,9 @@ def main():
     p.wait()
   print(f"# {' '.join(sys.argv)}")
   print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32; {args.rounds} "
-        f"rounds, variants interleaved step by step; load average {min(loads):.1f}-"
-        f"{max(loads):.1f} (2-core machine shared with other jobs)")
+        f"rounds, variants interleaved step by step; {args.clock} clock, "
+        f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"
+        f"{max(loads):.1f} (machine shared with other jobs)")
   header = (f"{'variant':<44} {'min ms':>8} {'median ms':>10} {'vs first (min)':>15} "
             f"{'vs first (median)':>18}")
   print(header)
