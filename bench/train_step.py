@@ -252,7 +252,7 @@ def main():
   ap.add_argument("--remat", default="none",
                   choices=["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
   ap.add_argument("--scan", action="store_true", help="model.scan_layers")
-  ap.add_argument("--attention", default="auto", choices=["auto", "xla", "cudnn"])
+  ap.add_argument("--attention", default="auto", choices=["auto", "xla", "explicit", "cudnn"])
   ap.add_argument("--no_torch", action="store_true", help="JAX rows only")
   ap.add_argument("--compile_only", action="store_true",
                   help="compile the JAX step and print its memory estimate (no run)")

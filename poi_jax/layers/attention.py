@@ -1,15 +1,20 @@
 """Multi-head self-attention as BERT-family encoders compute it (softmax in float32), through
-`jax.nn.dot_product_attention` (cuDNN flash attention on a GPU, XLA elsewhere).
+`jax.nn.dot_product_attention` (cuDNN flash attention on a GPU, XLA elsewhere) or an explicit
+einsum-softmax-einsum.
 
 ``implementation`` (config ``model.attention``):
 
 * ``auto`` (default): cuDNN's fused kernel on a GPU when the compute dtype is bfloat16/float16
-  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); else XLA.
-  cuDNN has no dropout on the attention probabilities, which BERT fine-tuning applies (0.1), so a
-  training step with attention dropout keeps the unfused XLA path; a shape cuDNN rejects falls
-  back to XLA too.
-* ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit einsum-softmax-
-  einsum path below when attention dropout is active.
+  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); the explicit
+  path on a CPU; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
+  fine-tuning applies (0.1), so a training step with attention dropout takes the explicit path;
+  a shape cuDNN rejects falls back to XLA too.
+* ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
+  attention dropout is active.
+* ``explicit``: the einsum-softmax-einsum below (transformers' eager attention): an additive
+  float32 mask bias and `jax.nn.softmax`. On a CPU its forward + backward takes about half the
+  time of the fused API's XLA path (whose softmax differentiates through ``exp / sum`` into extra
+  passes over the ``(B, N, L, L)`` scores; docs/cpu_profile.md), so ``auto`` picks it there.
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
@@ -24,7 +29,7 @@ import jax.numpy as jnp
 
 from poi_jax.layers import common
 
-IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "explicit", "cudnn")
 
 
 def key_mask(attention_mask: jax.Array) -> jax.Array:
@@ -33,13 +38,19 @@ def key_mask(attention_mask: jax.Array) -> jax.Array:
 
 
 def _explicit(q, k, v, mask, dropout_fn):
-  """``(B, L, N, Dh)`` heads; additive float32 bias as transformers' eager attention, dropout."""
+  """``(B, L, N, Dh)`` heads; additive float32 bias as transformers' eager attention, dropout.
+
+  The heads are moved in front of the length (``(B, N, L, Dh)``) before the two matmuls, as
+  transformers does: on a CPU XLA then runs them as plain batched matmuls, where the ``(B, L, N,
+  Dh)`` einsums cost the forward about twice the time (layout copies of the scores)."""
   dh = q.shape[-1]
-  scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(dh))
+  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+  scores = jnp.einsum("bhqd,bhkd->bhqk", heads_first(q), heads_first(k)).astype(jnp.float32)
+  scores = scores / jnp.sqrt(jnp.float32(dh))
   if mask is not None:
     scores = scores + jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
   probs = dropout_fn(jax.nn.softmax(scores, axis=-1))
-  return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+  return heads_first(jnp.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), heads_first(v)))
 
 
 def choose(implementation: str, dtype, dropout_active: bool) -> str:
@@ -56,7 +67,9 @@ def choose(implementation: str, dtype, dropout_active: bool) -> str:
       raise ValueError(f"model.attention=cudnn needs a GPU; the backend is "
                        f"{jax.default_backend()!r} (use auto or xla)")
     return "cudnn"
-  if dropout_active:
+  if dropout_active or implementation == "explicit":
+    return "explicit"
+  if implementation == "auto" and jax.default_backend() == "cpu":
     return "explicit"
   if implementation == "auto" and on_gpu and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
     return "cudnn"
@@ -85,7 +98,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   dropout_active = dropout_rate > 0.0 and not deterministic
   kind = choose(implementation, v.dtype, dropout_active)
   if kind == "explicit":
-    out = _explicit(q, k, v, mask, lambda p: common.dropout(p, dropout_rate, key, False))
+    out = _explicit(q, k, v, mask,
+                    lambda p: common.dropout(p, dropout_rate, key, not dropout_active))
   elif kind == "cudnn":
     # cuDNN takes the mask as a bias whose query length must be the queries' (no broadcast).
     full = None if mask is None else jnp.broadcast_to(mask, (b, 1, lq, lk))

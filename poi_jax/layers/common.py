@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from poi_jax.layers import matmul
 from poi_jax.layers.lookup import Embed
 
 Axes = tuple[str | None, ...]
@@ -34,12 +35,13 @@ def dense(in_features: int, out_features: int, axes: Axes, *, init_std: float, d
   """``nnx.Linear`` with kernel ``(in, out)`` named ``axes`` and bias named ``axes[-1]``.
 
   Initialised like the PyTorch originals (normal(init_std) kernel, zero bias); parameters float32.
+  The matmul's backward pass is laid out for XLA's CPU kernels on a CPU (`poi_jax.layers.matmul`).
   """
   return nnx.Linear(
       in_features, out_features, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
       kernel_init=named(nnx.initializers.normal(init_std), axes),
       bias_init=named(nnx.initializers.zeros_init(), (axes[-1],)),
-      precision=None, rngs=rngs)
+      precision=None, dot_general=matmul.dot_general, rngs=rngs)
 
 
 def layer_norm(features: int, eps: float, *, dtype, rngs, axis_name: str | None = "embed"

@@ -63,7 +63,7 @@ class EncoderConfig:
   dtype: str = "float32"
   remat: str | bool = "none"  # a key of REMAT_POLICIES (old booleans: True = full, False = none)
   scan_layers: bool = False
-  attention: str = "auto"  # auto | xla | cudnn (`poi_jax.layers.attention`)
+  attention: str = "auto"  # auto | xla | explicit | cudnn (`poi_jax.layers.attention`)
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -88,8 +88,8 @@ class EncoderConfig:
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"remat must be one of {sorted(REMAT_POLICIES)} (or a boolean), got "
                        f"{self.remat!r}")
-    if self.attention not in ("auto", "xla", "cudnn"):
-      raise ValueError(f"attention must be auto, xla or cudnn, got {self.attention!r}")
+    if self.attention not in ("auto", "xla", "explicit", "cudnn"):
+      raise ValueError(f"attention must be auto, xla, explicit or cudnn, got {self.attention!r}")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
 

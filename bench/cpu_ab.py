@@ -1,0 +1,229 @@
+r"""CPU training step, several variants interleaved step by step: each variant (PyTorch eager, the
+JAX engine with given runtime settings, XLA flags or attention kernel) lives in its own process,
+compiled and warm; the parent asks each in turn for one timed step, round after round, and
+reports each variant's **minimum** and median, and its speed relative to the first variant
+(> 1: faster than the first, PyTorch unless ``--no_torch``).
+
+  python bench/cpu_ab.py                                # torch vs the engine's defaults
+  python bench/cpu_ab.py --variant="attention xla::--attention=xla" \
+      --variant="xnn greedy:--xla_gpu_...=1:" --rounds=8
+
+Why: on a shared machine the load changes from second to second. Timing variant A for a minute
+and then variant B compares two different loads; alternating single steps across warm processes
+gives every variant the same mix of load, and the minimum over rounds estimates the
+least-disturbed step. ``--variant=LABEL:XLA_FLAGS:EXTRA`` (repeatable): ``XLA_FLAGS`` for the
+child's environment (added to the engine's ``runtime.xla_cpu_flags``), ``EXTRA`` space-separated
+`bench/train_step.py`-style options for that child (``--attention=xla``, ``--cpu_malloc=system``,
+``--prng=rbg``). The workload is `bench/train_step.py`'s (POI-Net on a random ``--shape`` encoder,
+dropout off, ``--batch`` x ``--seq``, float32); ``--workload=encoder`` times BERT-style encoder
+forward+backward only, as `bench/encoder.py` does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _torch_fn(args):
+  import torch
+
+  from bench import train_step as ts
+  if args.workload == "encoder":
+    import numpy as np
+    import transformers
+
+    from bench.encoder import SHAPES
+    shape = dict(SHAPES[args.shape])
+    kind = shape.pop("model_type")
+    cfg_cls = {"bert": transformers.BertConfig, "albert": transformers.AlbertConfig}[kind]
+    model_cls = {"bert": transformers.BertModel, "albert": transformers.AlbertModel}[kind]
+    model = model_cls(cfg_cls(**shape, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    ids, mask = _encoder_inputs(args, shape["vocab_size"])
+    ids_t, mask_t = torch.tensor(ids), torch.tensor(mask)
+
+    def fwd_bwd():
+      model.zero_grad(set_to_none=True)
+      model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state.sum().backward()
+    return fwd_bwd
+
+  class A:
+    shape, head = args.shape, "poi"
+  batch_np = ts.make_batch(args.batch, args.seq)
+  return lambda: _torch_step(A, batch_np)
+
+
+def _torch_step(a, batch_np, _cache={}):
+  if "one" not in _cache:
+    import torch
+
+    from bench import train_step as ts
+    from bench.torch_poi import PoiNetQA
+    torch.manual_seed(0)
+    model = PoiNetQA(ts.SHAPES[a.shape], head=a.head)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+    batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch_np.items()}
+
+    def one():
+      opt.zero_grad(set_to_none=True)
+      model(batch).backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      opt.step()
+    _cache["one"] = one
+  _cache["one"]()
+
+
+def _encoder_inputs(args, vocab):
+  import numpy as np
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, vocab, size=(args.batch, args.seq)).astype(np.int64)
+  mask = np.ones_like(ids)
+  mask[:, int(args.seq * 0.8):] = 0  # some padding, as real batches have
+  return ids, mask
+
+
+def _jax_fn(args):
+  from poi_jax import runtime
+  runtime.configure(dict(cpu_malloc=args.cpu_malloc))
+  if args.prng:
+    import jax
+    jax.config.update("jax_default_prng_impl", args.prng)
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from flax import nnx
+  if args.workload == "encoder":
+    from bench.encoder import SHAPES
+    from poi_jax.models import encoders
+    cfg = encoders.EncoderConfig(**SHAPES[args.shape], dtype="float32",
+                                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                 attention=args.attention)
+    enc = encoders.build_encoder(cfg, rngs=nnx.Rngs(0))
+    graphdef, params, rest = nnx.split(enc, nnx.Param, ...)
+    ids, mask = (jnp.asarray(x) for x in _encoder_inputs(args, SHAPES[args.shape]["vocab_size"]))
+
+    def loss(p):
+      return jnp.sum(nnx.merge(graphdef, p, rest)(ids, mask).last_hidden_state)
+    grad = jax.jit(jax.grad(loss)).lower(params).compile()
+    return lambda: jax.block_until_ready(grad(params))
+
+  from bench import train_step as ts
+  from poi_jax.train import mesh as mesh_lib
+  from poi_jax.train import placement
+  from poi_jax.train import step as step_lib
+
+  class A:
+    shape, head, remat, scan, attention = args.shape, "poi", "none", False, args.attention
+  config = ts._jax_config(A, "float32")
+  mesh = mesh_lib.make_mesh(config.mesh)
+  model, optimizer = ts._build(config, abstract=False)
+  batch_np = ts.make_batch(args.batch, args.seq)
+  batch = dict(batch_np, example_mask=np.ones(args.batch, np.float32))
+  ctx = jax.set_mesh(mesh)
+  ctx.__enter__()
+  run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
+                                      {k: v.ndim for k, v in batch_np.items()})
+  gb = placement.global_batch(batch, mesh)
+  compiled = run.train_step.lower(run.state, gb).compile()
+
+  def one():
+    run.state, out = compiled(run.state, gb)
+    jax.block_until_ready(out["loss"])
+  return one
+
+
+def child(args):
+  fn = _torch_fn(args) if args.torch else _jax_fn(args)
+  fn()
+  fn()  # warm: compiled, memory pages touched
+  print("ready", flush=True)
+  clock = time.process_time if args.clock == "process" else time.perf_counter
+  for line in sys.stdin:
+    if line.strip() != "go":
+      break
+    t0 = clock()
+    fn()
+    print(json.dumps(clock() - t0), flush=True)
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--workload", default="step", choices=["step", "encoder"])
+  ap.add_argument("--shape", default=None, help="default: minilm (step), bert-base (encoder)")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--seq", type=int, default=None, help="default: 256 (step), 384 (encoder)")
+  ap.add_argument("--rounds", type=int, default=6)
+  ap.add_argument("--variant", action="append", default=None,
+                  help="LABEL:XLA_FLAGS:EXTRA (repeatable); default: the engine's defaults")
+  ap.add_argument("--no_torch", action="store_true")
+  ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                  help="process: each child's CPU time (user + system); with `taskset -c 0` "
+                       "(one core, one thread each) the work per step, nearly load-independent")
+  # child options
+  ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  ap.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
+  ap.add_argument("--attention", default="auto")
+  ap.add_argument("--cpu_malloc", default="reuse")
+  ap.add_argument("--prng", default="")
+  args = ap.parse_args()
+  args.shape = args.shape or ("minilm" if args.workload == "step" else "bert-base")
+  args.seq = args.seq or (256 if args.workload == "step" else 384)
+  if args.child:
+    child(args)
+    return
+  common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}", f"--batch={args.batch}",
+            f"--seq={args.seq}", "--child"]
+  specs = [] if args.no_torch else [("torch eager", None, ["--torch"])]
+  for v in args.variant or ["jax (engine defaults)::"]:
+    label, flags, extra = (v.split(":", 2) + ["", ""])[:3]
+    specs.append((label, flags, extra.split()))
+  procs = []
+  for label, flags, extra in specs:
+    env = dict(os.environ)
+    if flags:
+      env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *common, *extra], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    procs.append(p)
+  for (label, _, _), p in zip(specs, procs):  # one at a time compiles, but all start together
+    line = p.stdout.readline()
+    if line.strip() != "ready":
+      raise RuntimeError(f"variant {label!r} failed to start (see its stderr above)")
+  times = {label: [] for label, _, _ in specs}
+  loads = []
+  for _ in range(args.rounds):
+    loads.append(os.getloadavg()[0])
+    for (label, _, _), p in zip(specs, procs):
+      p.stdin.write("go\n")
+      p.stdin.flush()
+      times[label].append(json.loads(p.stdout.readline()))
+  for p in procs:
+    p.stdin.write("stop\n")
+    p.stdin.flush()
+    p.wait()
+  print(f"# {' '.join(sys.argv)}")
+  print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32; {args.rounds} "
+        f"rounds, variants interleaved step by step; {args.clock} clock, "
+        f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"
+        f"{max(loads):.1f} (machine shared with other jobs)")
+  header = (f"{'variant':<44} {'min ms':>8} {'median ms':>10} {'vs first (min)':>15} "
+            f"{'vs first (median)':>18}")
+  print(header)
+  print("-" * len(header))
+  ref = specs[0][0]
+  for label, _, _ in specs:
+    t = times[label]
+    print(f"{label:<44} {1e3 * min(t):>8.0f} {1e3 * statistics.median(t):>10.0f} "
+          f"{min(times[ref]) / min(t):>15.2f} "
+          f"{statistics.median(times[ref]) / statistics.median(t):>18.2f}")
+
+
+if __name__ == "__main__":
+  main()

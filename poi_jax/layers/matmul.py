@@ -1,0 +1,65 @@
+"""The dense layers' matmul, with a backward pass written for XLA's CPU backend.
+
+`nnx.Linear` computes ``y = x @ W`` with `jax.lax.dot_general`; JAX differentiates it into a
+``dot_general(dy, x)`` over the token axes followed by a transpose. On a CPU, XLA turns that pair
+into a strided, transposed copy of ``dy`` (a ``(out, tokens)`` array written column by column)
+and a matmul with both operands transposed, which its fast matmul kernels do not take: for a
+BERT feed-forward block at 2,048 tokens that copy and that matmul cost as much as the four other
+matmuls of the block together (docs/cpu_profile.md). `dot_general` below gives the layer a
+custom VJP that asks for the two gradients in the layouts the kernels take:
+
+  ``dx = dy @ W.T``  (``...o,io->...i``)        ``dW = x2.T @ dy2``  (``ti,to->io``, tokens flattened)
+
+Same matmuls, same float32 sums (the order of the token sum may differ: float32 rounding, well
+below the parity tests' 1e-5). It applies on the CPU backend, to a Linear's dimension numbers
+(contract the last axis of ``x`` with the first of ``W``, no batch axes) without an output
+sharding; everything else, and every other backend, is `jax.lax.dot_general` unchanged.
+A rematerialisation policy that saves matmul outputs (``dots_saveable``) does not see these
+matmuls on a CPU (they are one custom-VJP call), so it recomputes them there.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _linear(x: jax.Array, w: jax.Array, precision) -> jax.Array:
+  """``x (..., in) @ w (in, out) -> (..., out)``."""
+  return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
+
+
+def _linear_fwd(x, w, precision):
+  return _linear(x, w, precision), (x, w)
+
+
+def _linear_bwd(precision, residuals, dy):
+  x, w = residuals
+  dx = jax.lax.dot_general(dy, w, (((dy.ndim - 1,), (1,)), ((), ())), precision=precision)
+  x2 = x.reshape(-1, x.shape[-1])
+  dy2 = dy.reshape(-1, dy.shape[-1])
+  dw = jax.lax.dot_general(x2, dy2, (((0,), (0,)), ((), ())), precision=precision)
+  return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def _is_linear(lhs, rhs, dimension_numbers) -> bool:
+  (lc, rc), (lb, rb) = dimension_numbers
+  return (rhs.ndim == 2 and tuple(lc) == (lhs.ndim - 1,) and tuple(rc) == (0,)
+          and not tuple(lb) and not tuple(rb) and lhs.dtype == rhs.dtype)
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                out_sharding=None):
+  """`jax.lax.dot_general`'s signature (what `nnx.Linear` calls); the CPU-friendly backward for
+  a Linear's matmul on the CPU backend (module docstring)."""
+  if (jax.default_backend() == "cpu" and out_sharding is None and preferred_element_type is None
+      and _is_linear(lhs, rhs, dimension_numbers)):
+    return _linear(lhs, rhs, precision)
+  kwargs = {} if out_sharding is None else {"out_sharding": out_sharding}
+  return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                             preferred_element_type=preferred_element_type, **kwargs)
