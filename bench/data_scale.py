@@ -78,13 +78,14 @@ def write_squad(path: pathlib.Path, questions: int) -> int:
   return count
 
 
-def run_measured(args: list[str]) -> tuple[float, float, str]:
-  """(wall seconds, peak RSS in MB summed over the process and its children, stderr tail)."""
+def run_measured(args: list[str], code: pathlib.Path = ROOT) -> tuple[float, float, str]:
+  """(wall seconds, peak RSS in MB summed over the process and its children, stderr tail) of
+  ``poi_jax.main`` run from the checkout ``code``."""
   import psutil
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), TQDM_DISABLE="1",
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(code), TQDM_DISABLE="1",
              NLTK_DATA=os.environ.get("NLTK_DATA", str(SHARED / "nltk_data")))
   t0 = time.perf_counter()
-  proc = subprocess.Popen([sys.executable, "-m", "poi_jax.main", *args], cwd=ROOT, env=env,
+  proc = subprocess.Popen([sys.executable, "-m", "poi_jax.main", *args], cwd=code, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   peak = [0]
 

@@ -19,49 +19,14 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
-import os
 import pathlib
-import subprocess
 import sys
-import threading
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.data_scale import SHARED, SQUAD, write_squad  # noqa: E402
+from bench.data_scale import SQUAD, run_measured, write_squad  # noqa: E402
 
 FILES = ("predictions.json", "nbest_predictions.json", "null_odds.json", "gold.json")
-
-
-def run_measured(args: list[str], code: pathlib.Path = ROOT) -> tuple[float, float]:
-  """(wall seconds, peak RSS in MB over the process and its children) of ``poi_jax.main``
-  run from the checkout ``code``."""
-  import psutil
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(code), TQDM_DISABLE="1",
-             NLTK_DATA=os.environ.get("NLTK_DATA", str(SHARED / "nltk_data")))
-  t0 = time.perf_counter()
-  proc = subprocess.Popen([sys.executable, "-m", "poi_jax.main", *args], cwd=code, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  peak = [0]
-
-  def sample():
-    p = psutil.Process(proc.pid)
-    while proc.poll() is None:
-      try:
-        peak[0] = max(peak[0], p.memory_info().rss + sum(
-            c.memory_info().rss for c in p.children(recursive=True)))
-      except psutil.Error:
-        pass
-      time.sleep(0.1)
-
-  thread = threading.Thread(target=sample, daemon=True)
-  thread.start()
-  out, err = proc.communicate()
-  wall = time.perf_counter() - t0
-  thread.join()
-  if proc.returncode:
-    raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}):\n{err[-3000:]}")
-  return wall, peak[0] / 2**20
 
 
 def main():
@@ -87,7 +52,7 @@ def main():
     run_measured([*common, *data, "--mode=prepare"])
     row = {"n": n}
     for name, code in codes:
-      wall, rss = run_measured([*common, *data, "--mode=eval",
+      wall, rss, _ = run_measured([*common, *data, "--mode=eval",
                                 f"--output_dir={out / f'{name}-{n}'}"], code)
       row[name] = (rss, wall)
     if args.before:
