@@ -160,7 +160,7 @@ def attention_pieces(args):
   am[:, int(l * 0.8):] = 0  # some padding, as real batches have
   out = {}
   jq, jk, jv, jm = (jnp.asarray(x) for x in (q, k, v, am))
-  for kernel in ("xla", "explicit"):
+  for kernel in ("xla", "explicit", "explicit_vjp"):
     def f(q, k, v, m, kernel=kernel):
       return attention.dot_product_attention(q, k, v, attention.key_mask(m), num_heads=heads,
                                              implementation=kernel)

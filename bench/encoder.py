@@ -28,6 +28,8 @@ from bench.torch_device import torch_device  # noqa: E402
 from poi_jax.models import encoders  # noqa: E402
 
 SHAPES = {
+    "minilm": dict(model_type="bert", vocab_size=30522, hidden_size=384, num_hidden_layers=6,
+                   num_attention_heads=12, intermediate_size=1536, hidden_act="gelu"),
     "bert-base": dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, hidden_act="gelu"),
     "albert-base": dict(model_type="albert", vocab_size=30000, embedding_size=128,

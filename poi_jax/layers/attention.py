@@ -5,17 +5,23 @@ einsum-softmax-einsum.
 ``implementation`` (config ``model.attention``):
 
 * ``auto`` (default): cuDNN's fused kernel on a GPU when the compute dtype is bfloat16/float16
-  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); the explicit
-  path on a CPU; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
-  fine-tuning applies (0.1), so a training step with attention dropout takes the explicit path;
-  a shape cuDNN rejects falls back to XLA too.
+  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``);
+  ``explicit_vjp`` on a CPU; else XLA. cuDNN has no dropout on the attention probabilities, which
+  BERT fine-tuning applies (0.1), so a training step with attention dropout takes the explicit
+  path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
   attention dropout is active.
 * ``explicit``: the einsum-softmax-einsum below (transformers' eager attention): an additive
   float32 mask bias and `jax.nn.softmax`. On a CPU its forward + backward takes about half the
   time of the fused API's XLA path (whose softmax differentiates through ``exp / sum`` into extra
-  passes over the ``(B, N, L, L)`` scores; docs/cpu_profile.md), so ``auto`` picks it there.
-* ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
+  passes over the ``(B, N, L, L)`` scores; docs/cpu_profile.md).
+* ``explicit_vjp``: the same function with a hand-written backward pass (`_softmax_pv`), with or
+  without dropout: the forward normalises after the probabilities' matmul (``(e @ v) / sum(e)``
+  with ``e = exp(s - max s)``: one pass fewer over the ``(B, N, L, L)`` scores) and keeps ``e``;
+  the backward forms ``dS = e / sum(e) * (dP - rowsum(dO * O))`` in one pass (flash attention's
+  identity). On a CPU it is the fastest (docs/cpu_profile.md), so ``auto`` picks it there, in
+  training with attention dropout too. Same masks, same dropout bits as ``explicit``; equal to it
+  to float32 rounding.* ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
 Padding is a boolean key mask ``(B, 1, 1, L)``: masked logits become a large negative number,
@@ -24,17 +30,24 @@ attention (which adds ``finfo(float32).min``) to float32 rounding.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from poi_jax.layers import common
 
-IMPLEMENTATIONS = ("auto", "xla", "explicit", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "explicit", "explicit_vjp", "cudnn")
 
 
 def key_mask(attention_mask: jax.Array) -> jax.Array:
   """``(B, L)`` {0,1} mask -> boolean ``(B, 1, 1, L)``: True for keys that may be attended."""
   return (attention_mask > 0)[:, None, None, :]
+
+
+def _heads_first(x):
+  """``(B, L, N, Dh)`` <-> ``(B, N, L, Dh)``."""
+  return jnp.swapaxes(x, 1, 2)
 
 
 def _explicit(q, k, v, mask, dropout_fn):
@@ -44,7 +57,7 @@ def _explicit(q, k, v, mask, dropout_fn):
   transformers does: on a CPU XLA then runs them as plain batched matmuls, where the ``(B, L, N,
   Dh)`` einsums cost the forward about twice the time (layout copies of the scores)."""
   dh = q.shape[-1]
-  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+  heads_first = _heads_first
   scores = jnp.einsum("bhqd,bhkd->bhqk", heads_first(q), heads_first(k)).astype(jnp.float32)
   scores = scores / jnp.sqrt(jnp.float32(dh))
   if mask is not None:
@@ -53,8 +66,80 @@ def _explicit(q, k, v, mask, dropout_fn):
   return heads_first(jnp.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), heads_first(v)))
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _softmax_pv(q, k, v, bias, keep, rate):
+  """``dropout(softmax(q k^T / sqrt(Dh) + bias)) @ v`` per head, with a hand-written backward.
+
+  ``q, k, v``: ``(B, L, N, Dh)``; ``bias``: additive float32 ``(B, 1, 1, Lk)`` (or None);
+  ``keep``: the dropout's boolean keep mask ``(B, N, Lq, Lk)`` (or None) for drop rate ``rate``.
+  Returns ``(B, Lq, N, Dh)``."""
+  return _softmax_pv_fwd(q, k, v, bias, keep, rate)[0]
+
+
+def _softmax_pv_fwd(q, k, v, bias, keep, rate):
+  qh, kh, vh = _heads_first(q), _heads_first(k), _heads_first(v)
+  scores = jnp.einsum("bhqd,bhkd->bhqk", qh, kh).astype(jnp.float32)
+  scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
+  if bias is not None:
+    scores = scores + bias
+  # The max is a constant shift of the softmax: no gradient flows through it.
+  e = jnp.exp(scores - jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
+  inv_sum = 1.0 / jnp.sum(e, axis=-1, keepdims=True)  # (B, N, Lq, 1)
+  scale = inv_sum if keep is None else inv_sum / (1.0 - rate)
+  kept = e if keep is None else jnp.where(keep, e, 0.0)
+  out = (jnp.einsum("bhqk,bhkd->bhqd", kept.astype(v.dtype), vh).astype(jnp.float32)
+         * scale).astype(v.dtype)
+  return _heads_first(out), (qh, kh, vh, bias, keep, e, inv_sum, out)
+
+
+def _transposed_product(x, y):
+  """``swapaxes(x, -1, -2) @ y`` for ``x (B, N, L, Dh)``, ``y (B, N, L, L')`` -> ``(B, L', N, Dh)``.
+
+  Written as ``(x^T)(B, N, Dh, L) @ y``, the transpose materialised (a small copy, kept by the
+  optimisation barrier): XLA's CPU matmul kernels take that plain form, where a product that
+  contracts the left operand's rows runs on a slower path at about half the rate."""
+  x_t = jax.lax.optimization_barrier(jnp.swapaxes(x, -1, -2))
+  return jnp.transpose(jnp.einsum("bhdq,bhqk->bhdk", x_t, y), (0, 3, 1, 2))
+
+
+def _softmax_pv_bwd(rate, residuals, d_out):
+  qh, kh, vh, bias, keep, e, inv_sum, out = residuals
+  d_out = _heads_first(d_out)
+  d_out32 = d_out.astype(jnp.float32)
+  scale = inv_sum if keep is None else inv_sum / (1.0 - rate)
+  kept = e if keep is None else jnp.where(keep, e, 0.0)
+  dv = _transposed_product((d_out32 * scale).astype(vh.dtype), kept.astype(vh.dtype))
+  # dL/d(probabilities) = dropout'(d_out @ v^T); softmax's backward subtracts
+  # rowsum(P * dP) = rowsum(d_out * out) (dropout included), then divides by sqrt(Dh).
+  dp = jnp.einsum("bhqd,bhkd->bhqk", d_out, vh).astype(jnp.float32)
+  if keep is not None:
+    dp = jnp.where(keep, dp / (1.0 - rate), 0.0)
+  row = jnp.sum(d_out32 * out.astype(jnp.float32), axis=-1, keepdims=True)
+  ds = ((e * (inv_sum / jnp.sqrt(jnp.float32(qh.shape[-1])))) * (dp - row)).astype(qh.dtype)
+  dq = _heads_first(jnp.einsum("bhqk,bhkd->bhqd", ds, kh))
+  dk = _transposed_product(qh, ds)
+  return dq, dk, dv.astype(vh.dtype), None, None
+
+
+_softmax_pv.defvjp(_softmax_pv_fwd, _softmax_pv_bwd)
+
+
+def _explicit_vjp(q, k, v, mask, rate, key, deterministic):
+  """`_explicit` through `_softmax_pv` (hand-written backward); the dropout draws the same bits
+  as `poi_jax.layers.common.dropout` on the probabilities would."""
+  bias = None if mask is None else jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
+  keep = None
+  if not deterministic and rate > 0.0:
+    if key is None:
+      raise ValueError("dropout needs a key when deterministic=False")
+    shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+    keep = jax.random.bernoulli(key, 1.0 - rate, shape)
+  return _softmax_pv(q, k, v, bias, keep, float(rate))
+
+
 def choose(implementation: str, dtype, dropout_active: bool) -> str:
-  """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA) or ``explicit`` (with dropout)."""
+  """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA), ``explicit`` (with dropout) or
+  ``explicit_vjp``."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   on_gpu = jax.default_backend() == "gpu"
@@ -67,9 +152,11 @@ def choose(implementation: str, dtype, dropout_active: bool) -> str:
       raise ValueError(f"model.attention=cudnn needs a GPU; the backend is "
                        f"{jax.default_backend()!r} (use auto or xla)")
     return "cudnn"
-  if dropout_active or implementation == "explicit":
-    return "explicit"
+  if implementation == "explicit_vjp":
+    return "explicit_vjp"
   if implementation == "auto" and jax.default_backend() == "cpu":
+    return "explicit_vjp"
+  if dropout_active or implementation == "explicit":
     return "explicit"
   if implementation == "auto" and on_gpu and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
     return "cudnn"
@@ -97,7 +184,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   v = v.reshape(b, lk, num_heads, dh)
   dropout_active = dropout_rate > 0.0 and not deterministic
   kind = choose(implementation, v.dtype, dropout_active)
-  if kind == "explicit":
+  if kind == "explicit_vjp":
+    out = _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
+  elif kind == "explicit":
     out = _explicit(q, k, v, mask,
                     lambda p: common.dropout(p, dropout_rate, key, not dropout_active))
   elif kind == "cudnn":

@@ -105,7 +105,7 @@ class CoAttention(nnx.Module):
       out = self.output(out)
     if self.block == "transformer":
       out = self.LayerNorm(out + query_seq)
-      out = self.ffn_LayerNorm(self.ffn_output(jax.nn.gelu(self.ffn(out), approximate=False))
+      out = self.ffn_LayerNorm(self.ffn_output(common.gelu_exact(self.ffn(out)))
                                + out)
     return out
 

@@ -112,7 +112,7 @@ class QopnAttention(nnx.Module):
     if self.block_style in _RESIDUAL:
       out = self.LayerNorm(out + x)
     if self.block_style == "transformer":
-      ffn = self.ffn_output(jax.nn.gelu(self.ffn(out), approximate=False))
+      ffn = self.ffn_output(common.gelu_exact(self.ffn(out)))
       out = self.ffn_LayerNorm(common.dropout(ffn, self.dropout, k2, deterministic) + out)
     return out
 

@@ -1,6 +1,7 @@
-"""The attention kernels: the fused API (XLA on a CPU) equals the explicit einsum-softmax path
-(transformers' eager attention) with a padding mask; which kernel each setting picks; cuDNN's
-limits are clear errors. Encoder-level parity per setting: tests/models/test_encoders.py."""
+"""The attention kernels: the fused API (XLA on a CPU) and the hand-written-backward kernel
+(``explicit_vjp``) equal the explicit einsum-softmax path (transformers' eager attention) with a
+padding mask, in value and gradient, with and without dropout; which kernel each setting picks;
+cuDNN's limits are clear errors. Encoder-level parity per setting: tests/models/test_encoders.py."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +18,7 @@ def _qkv(b=3, l=7, heads=4, dh=8, seed=0):
   return make(), make(), make(), attention.key_mask(jnp.asarray(mask))
 
 
-@pytest.mark.parametrize("implementation", ["auto", "xla", "explicit"])
+@pytest.mark.parametrize("implementation", ["auto", "xla", "explicit", "explicit_vjp"])
 def test_fused_api_matches_explicit_path_with_padding(implementation):
   q, k, v, mask = _qkv()
   fused = attention.dot_product_attention(q, k, v, mask, num_heads=4,
@@ -31,7 +32,35 @@ def test_fused_api_matches_explicit_path_with_padding(implementation):
   assert np.abs(np.asarray(unmasked[1]) - np.asarray(fused[1])).max() > 1e-3
 
 
-def test_dropout_in_training_takes_the_explicit_path_and_drops():
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_hand_written_backward_equals_autodiff_of_the_explicit_path(rate):
+  """``explicit_vjp``'s custom VJP against JAX's derivative of ``explicit``: same outputs and
+  same q/k/v gradients (a non-uniform cotangent), with dropout on (the same keep bits) and off."""
+  q, k, v, mask = _qkv()
+  weights = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
+  key = jax.random.key(3)
+
+  def run(implementation):
+    f = lambda q, k, v: attention.dot_product_attention(
+        q, k, v, mask, num_heads=4, implementation=implementation, dropout_rate=rate, key=key,
+        deterministic=rate == 0.0)
+    out = f(q, k, v)
+    grads = jax.grad(lambda *a: jnp.sum(f(*a) * weights), argnums=(0, 1, 2))(q, k, v)
+    return out, grads
+
+  out, grads = run("explicit_vjp")
+  want_out, want_grads = run("explicit")
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=1e-6, rtol=0)
+  for name, got, want in zip("qkv", grads, want_grads):
+    assert float(jnp.abs(want).max()) > 0.1, name  # a gradient worth comparing
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=5e-6, rtol=0, err_msg=name)
+  if rate:  # the dropout acted: the output differs from the deterministic one
+    plain = attention.dot_product_attention(q, k, v, mask, num_heads=4,
+                                            implementation="explicit_vjp")
+    assert float(jnp.abs(out - plain).max()) > 1e-2
+
+
+def test_dropout_in_training_is_the_same_for_the_same_key_and_drops():
   q, k, v, mask = _qkv()
   key = jax.random.key(0)
   train = attention.dot_product_attention(q, k, v, mask, num_heads=4, dropout_rate=0.5,
@@ -45,9 +74,12 @@ def test_dropout_in_training_takes_the_explicit_path_and_drops():
 
 
 @pytest.mark.parametrize("backend,implementation,dtype,dropout,want", [
-    # On a CPU the explicit path is about twice as fast as the fused API's XLA path (fwd + bwd).
-    ("cpu", "auto", jnp.bfloat16, False, "explicit"),
-    ("cpu", "auto", jnp.float32, False, "explicit"),
+    # On a CPU the hand-written backward is the fastest (docs/cpu_profile.md), dropout or not.
+    ("cpu", "auto", jnp.bfloat16, False, "explicit_vjp"),
+    ("cpu", "auto", jnp.float32, False, "explicit_vjp"),
+    ("cpu", "auto", jnp.float32, True, "explicit_vjp"),
+    ("cpu", "explicit", jnp.float32, False, "explicit"),
+    ("gpu", "explicit_vjp", jnp.bfloat16, True, "explicit_vjp"),
     ("cpu", "xla", jnp.float32, False, "xla"),
     ("gpu", "explicit", jnp.bfloat16, False, "explicit"),
     ("tpu", "auto", jnp.bfloat16, False, "xla"),

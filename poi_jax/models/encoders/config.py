@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from poi_jax.layers import attention as attention_lib
+
 SUPPORTED_MODEL_TYPES = ("bert", "albert", "roberta")
 
 # HF field defaults per family (what transformers assumes when a config.json omits a field).
@@ -63,7 +65,7 @@ class EncoderConfig:
   dtype: str = "float32"
   remat: str | bool = "none"  # a key of REMAT_POLICIES (old booleans: True = full, False = none)
   scan_layers: bool = False
-  attention: str = "auto"  # auto | xla | explicit | cudnn (`poi_jax.layers.attention`)
+  attention: str = "auto"  # one of `poi_jax.layers.attention.IMPLEMENTATIONS`
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -88,8 +90,9 @@ class EncoderConfig:
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"remat must be one of {sorted(REMAT_POLICIES)} (or a boolean), got "
                        f"{self.remat!r}")
-    if self.attention not in ("auto", "xla", "explicit", "cudnn"):
-      raise ValueError(f"attention must be auto, xla, explicit or cudnn, got {self.attention!r}")
+    if self.attention not in attention_lib.IMPLEMENTATIONS:
+      raise ValueError(f"attention must be one of {attention_lib.IMPLEMENTATIONS}, got "
+                       f"{self.attention!r}")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
 
