@@ -43,8 +43,9 @@ import json, os, resource, sys
 import jax, jax.numpy as jnp
 from poi_jax import runtime
 applied = runtime.configure(json.loads(sys.argv[1]))
-# An engine-like step: donated state, a 32 MiB temporary (the sort) each call.
-f = jax.jit(lambda x: x + jnp.sort(x * 0.5, axis=0), donate_argnums=0)
+# An engine-like step: donated state, a 32 MiB temporary each call (the barrier keeps XLA from
+# fusing ``x * 0.5`` into the sum: it is written out, then read back reversed). Cheap on purpose.
+f = jax.jit(lambda x: x + jax.lax.optimization_barrier(x * 0.5)[::-1], donate_argnums=0)
 x = jnp.ones((2048, 4096))
 for _ in range(10):
   x = f(x); x.block_until_ready()
