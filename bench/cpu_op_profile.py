@@ -1,0 +1,129 @@
+r"""Where a compiled CPU step spends its time, op by op: the MiniLM-shaped POI-Net's forward+backward
+(or the whole training step, or the encoder alone) traced with `jax.profiler`, each XLA
+instruction's time summed over ``--calls`` calls and grouped by what it computes.
+
+  python bench/cpu_op_profile.py                       # POI-Net forward+backward, 8 x 256
+  python bench/cpu_op_profile.py --piece=step --top=30
+  python bench/cpu_op_profile.py --piece=encoder --attention=explicit
+
+Rows: the instruction's kind (its opcode; a fusion by the opcodes inside it, e.g.
+``fusion[dot]`` for a matmul YNNPACK runs, ``fusion[transpose,copy]`` for a layout copy) and its
+output shape, with the count per call and ms per call. Read the groups, not the sum: XLA runs
+independent instructions on two executor threads at once, and an Eigen matmul that runs
+asynchronously shows a short dispatch while the instruction beside it is slowed down; the total
+is printed beside the wall time of a call for that reason. docs/cpu_profile.md has what these
+tables showed.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import re
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+_SKIP = {"parameter", "constant", "bitcast", "broadcast", "get-tuple-element", "tuple"}
+
+
+def _compiled_piece(args):
+  """``(run, compiled)``: a no-argument callable running one call, and its compiled program."""
+  import jax
+  if args.piece == "encoder":
+    from bench import cpu_ab
+    ns = argparse.Namespace(workload="encoder", shape=args.shape, batch=args.batch, seq=args.seq,
+                            attention=args.attention, cpu_malloc="reuse", prng=None)
+    run = cpu_ab._jax_fn(ns)
+    name = "grad"
+  else:
+    from bench import cpu_pieces
+    from bench import train_step as ts
+    ns = argparse.Namespace(shape=args.shape, head="poi", batch=args.batch, seq=args.seq,
+                            remat="none", scan=False, attention=args.attention)
+    run = cpu_pieces.jax_pieces(ns, ts.make_batch(args.batch, args.seq))[args.piece]
+    name = {"fwd+bwd": "fwd_bwd", "forward": "forward", "step": "step"}[args.piece]
+  cells = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__ or ())))
+  compiled = cells[name]
+  assert hasattr(compiled, "as_text"), f"no compiled program for {args.piece}"
+  return (lambda: jax.block_until_ready(run())), compiled
+
+
+def _kinds(hlo: str) -> dict[str, str]:
+  """``{instruction name: "opcode[inner opcodes] -> shape"}`` from the compiled HLO text."""
+  bodies, current = {}, None
+  for line in hlo.splitlines():
+    head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+    if head and not line.startswith(" "):
+      current = head.group(1)
+      bodies[current] = []
+    elif current:
+      bodies[current].append(line)
+  kinds = {}
+  for lines in bodies.values():
+    for line in lines:
+      m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) (\w[\w-]*)\(", line)
+      if not m:
+        continue
+      name, shape, op = m.groups()
+      shape = re.sub(r"\{[^}]*\}", "", shape)
+      called = re.search(r"calls=%?([\w.\-]+)", line)
+      if called and called.group(1) in bodies:
+        inner = collections.Counter()
+        for body_line in bodies[called.group(1)]:
+          o = re.match(r"\s*(?:ROOT )?%?[\w.\-]+ = \S+ (\w[\w-]*)\(", body_line)
+          if o and o.group(1) not in _SKIP:
+            inner[o.group(1)] += 1
+        op = f"{op}[{','.join(sorted(inner))}]"
+      kinds[name] = f"{op} -> {shape}"
+  return kinds
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--piece", default="fwd+bwd", choices=["forward", "fwd+bwd", "step", "encoder"])
+  ap.add_argument("--shape", default="minilm")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--seq", type=int, default=256)
+  ap.add_argument("--attention", default="auto")
+  ap.add_argument("--calls", type=int, default=3)
+  ap.add_argument("--top", type=int, default=25)
+  args = ap.parse_args()
+  from poi_jax import runtime
+  runtime.configure({})  # the engine's defaults
+  import jax
+
+  run, compiled = _compiled_piece(args)
+  for _ in range(2):
+    run()
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir):
+      for _ in range(args.calls):
+        run()
+    path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
+    profile = jax.profiler.ProfileData.from_file(path)
+  kinds = _kinds(compiled.as_text())
+  by_kind, count, wall_ns = collections.Counter(), collections.Counter(), 0
+  for plane in profile.planes:
+    for line in plane.lines:
+      for event in line.events:
+        if "wait for completion" in event.name:
+          wall_ns += event.duration_ns
+        elif line.name.startswith("tf_XLAEigen") and event.name in kinds:
+          by_kind[kinds[event.name]] += event.duration_ns
+          count[kinds[event.name]] += 1
+  per_call = lambda ns: ns / args.calls / 1e6
+  print(f"# {' '.join(sys.argv)}")
+  print(f"# {args.piece}, {args.shape} {args.batch} x {args.seq}, attention={args.attention}; "
+        f"{args.calls} calls; wall {per_call(wall_ns):.1f} ms a call, instructions' sum "
+        f"{per_call(sum(by_kind.values())):.1f} ms; load average {os.getloadavg()[0]:.1f}")
+  print(f"{'ms/call':>8} {'n/call':>7}  kind -> output shape")
+  for kind, ns in by_kind.most_common(args.top):
+    print(f"{per_call(ns):>8.2f} {count[kind] / args.calls:>7.0f}  {kind}")
+
+
+if __name__ == "__main__":
+  main()
