@@ -15,8 +15,8 @@ least-disturbed step. ``--variant=LABEL:XLA_FLAGS:EXTRA`` (repeatable): ``XLA_FL
 child's environment (added to the engine's ``runtime.xla_cpu_flags``), ``EXTRA`` space-separated
 `bench/train_step.py`-style options for that child (``--attention=xla``, ``--cpu_malloc=system``,
 ``--prng=rbg``). The workload is `bench/train_step.py`'s (POI-Net on a random ``--shape`` encoder,
-dropout off, ``--batch`` x ``--seq``, float32); ``--workload=encoder`` times BERT-style encoder
-forward+backward only, as `bench/encoder.py` does.
+dropout off unless ``--dropout``, ``--batch`` x ``--seq``, float32); ``--workload=encoder`` times BERT-style encoder
+forward+backward only, as `bench/encoder.py` does (``--dropout`` too: both in training mode).
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def _torch_fn(args):
     kind = shape.pop("model_type")
     cfg_cls = {"bert": transformers.BertConfig, "albert": transformers.AlbertConfig}[kind]
     model_cls = {"bert": transformers.BertModel, "albert": transformers.AlbertModel}[kind]
-    model = model_cls(cfg_cls(**shape, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = model_cls(cfg_cls(**shape, hidden_dropout_prob=args.dropout,
+                              attention_probs_dropout_prob=args.dropout))  # train mode
     ids, mask = _encoder_inputs(args, shape["vocab_size"])
     ids_t, mask_t = torch.tensor(ids), torch.tensor(mask)
 
@@ -103,16 +104,19 @@ def _jax_fn(args):
     from bench.encoder import SHAPES
     from poi_jax.models import encoders
     cfg = encoders.EncoderConfig(**SHAPES[args.shape], dtype="float32",
-                                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                 hidden_dropout_prob=args.dropout,
+                                 attention_probs_dropout_prob=args.dropout,
                                  attention=args.attention)
     enc = encoders.build_encoder(cfg, rngs=nnx.Rngs(0))
     graphdef, params, rest = nnx.split(enc, nnx.Param, ...)
     ids, mask = (jnp.asarray(x) for x in _encoder_inputs(args, SHAPES[args.shape]["vocab_size"]))
 
-    def loss(p):
-      return jnp.sum(nnx.merge(graphdef, p, rest)(ids, mask).last_hidden_state)
-    grad = jax.jit(jax.grad(loss)).lower(params).compile()
-    return lambda: jax.block_until_ready(grad(params))
+    def grad_of(p, r):  # merged in the trace: the dropout's RNG state may advance there
+      return nnx.grad(lambda enc: jnp.sum(
+          enc(ids, mask, deterministic=not args.dropout).last_hidden_state))(
+              nnx.merge(graphdef, p, r))
+    grad = jax.jit(grad_of).lower(params, rest).compile()
+    return lambda: jax.block_until_ready(grad(params, rest))
 
   from bench import train_step as ts
   from poi_jax.train import mesh as mesh_lib
@@ -162,6 +166,9 @@ def main():
   ap.add_argument("--rounds", type=int, default=6)
   ap.add_argument("--variant", action="append", default=None,
                   help="LABEL:XLA_FLAGS:EXTRA (repeatable); default: the engine's defaults")
+  ap.add_argument("--dropout", type=float, default=0.0,
+                  help="hidden and attention-probability dropout, both libraries, both workloads "
+                       "(default 0: the benchmarks' setting; 0.1: BERT fine-tuning's)")
   ap.add_argument("--no_torch", action="store_true")
   ap.add_argument("--clock", default="wall", choices=["wall", "process"],
                   help="process: each child's CPU time (user + system); with `taskset -c 0` "
@@ -176,10 +183,14 @@ def main():
   args.shape = args.shape or ("minilm" if args.workload == "step" else "bert-base")
   args.seq = args.seq or (256 if args.workload == "step" else 384)
   if args.child:
+    if args.dropout:  # both children build from train_step's shapes (dropout off there)
+      from bench import train_step as ts
+      for shape in ts.SHAPES.values():
+        shape.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     child(args)
     return
-  common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}", f"--batch={args.batch}",
-            f"--seq={args.seq}", "--child"]
+  common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}",
+            f"--batch={args.batch}", f"--seq={args.seq}", f"--dropout={args.dropout}", "--child"]
   specs = [] if args.no_torch else [("torch eager", None, ["--torch"])]
   for v in args.variant or ["jax (engine defaults)::"]:
     label, flags, extra = (v.split(":", 2) + ["", ""])[:3]
@@ -209,7 +220,8 @@ def main():
     p.stdin.flush()
     p.wait()
   print(f"# {' '.join(sys.argv)}")
-  print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32; {args.rounds} "
+  print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32, dropout "
+        f"{args.dropout}; {args.rounds} "
         f"rounds, variants interleaved step by step; {args.clock} clock, "
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"
         f"{max(loads):.1f} (machine shared with other jobs)")

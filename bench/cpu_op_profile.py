@@ -5,6 +5,7 @@ instruction's time summed over ``--calls`` calls and grouped by what it computes
   python bench/cpu_op_profile.py                       # POI-Net forward+backward, 8 x 256
   python bench/cpu_op_profile.py --piece=step --top=30
   python bench/cpu_op_profile.py --piece=encoder --attention=explicit
+  python bench/cpu_op_profile.py --piece=step --batch=16 --seq=192 --dropout=0.1  # the quickstart
 
 Rows: the instruction's kind (its opcode; a fusion by the opcodes inside it, e.g.
 ``fusion[dot]`` for a matmul YNNPACK runs, ``fusion[transpose,copy]`` for a layout copy) and its
@@ -36,12 +37,15 @@ def _compiled_piece(args):
   if args.piece == "encoder":
     from bench import cpu_ab
     ns = argparse.Namespace(workload="encoder", shape=args.shape, batch=args.batch, seq=args.seq,
-                            attention=args.attention, cpu_malloc="reuse", prng=None)
+                            attention=args.attention, cpu_malloc="reuse", prng=None,
+                            dropout=args.dropout)
     run = cpu_ab._jax_fn(ns)
     name = "grad"
   else:
     from bench import cpu_pieces
     from bench import train_step as ts
+    for shape in ts.SHAPES.values():  # dropout off there unless asked
+      shape.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     ns = argparse.Namespace(shape=args.shape, head="poi", batch=args.batch, seq=args.seq,
                             remat="none", scan=False, attention=args.attention)
     run = cpu_pieces.jax_pieces(ns, ts.make_batch(args.batch, args.seq))[args.piece]
@@ -89,6 +93,8 @@ def main():
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--seq", type=int, default=256)
   ap.add_argument("--attention", default="auto")
+  ap.add_argument("--dropout", type=float, default=0.0,
+                  help="hidden and attention dropout (0.1: BERT fine-tuning's; the masks' cost)")
   ap.add_argument("--calls", type=int, default=3)
   ap.add_argument("--top", type=int, default=25)
   args = ap.parse_args()
@@ -117,7 +123,8 @@ def main():
           count[kinds[event.name]] += 1
   per_call = lambda ns: ns / args.calls / 1e6
   print(f"# {' '.join(sys.argv)}")
-  print(f"# {args.piece}, {args.shape} {args.batch} x {args.seq}, attention={args.attention}; "
+  print(f"# {args.piece}, {args.shape} {args.batch} x {args.seq}, attention={args.attention}, "
+        f"dropout {args.dropout}; "
         f"{args.calls} calls; wall {per_call(wall_ns):.1f} ms a call, instructions' sum "
         f"{per_call(sum(by_kind.values())):.1f} ms; load average {os.getloadavg()[0]:.1f}")
   print(f"{'ms/call':>8} {'n/call':>7}  kind -> output shape")
