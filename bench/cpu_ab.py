@@ -37,7 +37,6 @@ def _torch_fn(args):
 
   from bench import train_step as ts
   if args.workload == "encoder":
-    import numpy as np
     import transformers
 
     from bench.encoder import SHAPES
@@ -66,11 +65,8 @@ def _torch_step(a, batch_np, _cache={}):
     import torch
 
     from bench import train_step as ts
-    from bench.torch_poi import PoiNetQA
-    torch.manual_seed(0)
-    model = PoiNetQA(ts.SHAPES[a.shape], head=a.head)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-    batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch_np.items()}
+    from bench.torch_poi import training_setup
+    model, opt, batch = training_setup(ts.SHAPES[a.shape], a.head, batch_np)
 
     def one():
       opt.zero_grad(set_to_none=True)
@@ -98,7 +94,6 @@ def _jax_fn(args):
     jax.config.update("jax_default_prng_impl", args.prng)
   import jax
   import jax.numpy as jnp
-  import numpy as np
   from flax import nnx
   if args.workload == "encoder":
     from bench.encoder import SHAPES
@@ -119,27 +114,11 @@ def _jax_fn(args):
     return lambda: jax.block_until_ready(grad(params, rest))
 
   from bench import train_step as ts
-  from poi_jax.train import mesh as mesh_lib
-  from poi_jax.train import placement
-  from poi_jax.train import step as step_lib
 
   class A:
     shape, head, remat, scan, attention = args.shape, "poi", "none", False, args.attention
-  config = ts._jax_config(A, "float32")
-  mesh = mesh_lib.make_mesh(config.mesh)
-  model, optimizer = ts._build(config, abstract=False)
-  batch_np = ts.make_batch(args.batch, args.seq)
-  batch = dict(batch_np, example_mask=np.ones(args.batch, np.float32))
-  ctx = jax.set_mesh(mesh)
-  ctx.__enter__()
-  run = step_lib.create_sharded_state(model, optimizer, mesh, config.mesh.rules,
-                                      {k: v.ndim for k, v in batch_np.items()})
-  gb = placement.global_batch(batch, mesh)
-  compiled = run.train_step.lower(run.state, gb).compile()
-
-  def one():
-    run.state, out = compiled(run.state, gb)
-    jax.block_until_ready(out["loss"])
+  one, _, mesh = ts.engine_step(A, "float32", ts.make_batch(args.batch, args.seq))
+  jax.set_mesh(mesh).__enter__()  # for the life of this child process
   return one
 
 

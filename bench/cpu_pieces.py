@@ -119,11 +119,8 @@ def torch_pieces(args, batch_np):
   import torch
 
   from bench import train_step as ts
-  from bench.torch_poi import PoiNetQA
-  torch.manual_seed(0)
-  model = PoiNetQA(ts.SHAPES[args.shape], head=args.head)
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-  batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch_np.items()}
+  from bench.torch_poi import training_setup
+  model, opt, batch = training_setup(ts.SHAPES[args.shape], args.head, batch_np)
 
   def fwd_bwd():
     opt.zero_grad(set_to_none=True)

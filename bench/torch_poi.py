@@ -75,3 +75,13 @@ class PoiNetQA(nn.Module):
     start, end = self.qa_outputs(h).unbind(-1)
     return (F.cross_entropy(start, batch["start_positions"]) +
             F.cross_entropy(end, batch["end_positions"])) / 2
+
+
+def training_setup(shape: dict, head: str, batch_np: dict, device: str = "cpu"):
+  """``(model, optimizer, batch)`` as every bench's PyTorch step builds them: `PoiNetQA` from
+  seed 0 on ``device``, AdamW (lr 1e-5, weight decay 0.01), the numpy batch as long tensors."""
+  torch.manual_seed(0)
+  model = PoiNetQA(shape, head=head).to(device)
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+  batch = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in batch_np.items()}
+  return model, opt, batch

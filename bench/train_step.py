@@ -135,8 +135,9 @@ def jax_compile_only(args, dtype):
   return _memory_gb(compiled), time.perf_counter() - t0
 
 
-def jax_step(args, dtype, batch_np):
-  """``(seconds per step, compiled memory GB)`` of the engine's step."""
+def engine_step(args, dtype, batch_np):
+  """The engine's jitted training step at the bench's shape, compiled, its state donated:
+  ``(one, compiled, mesh)``, ``one()`` running one step (under ``jax.set_mesh(mesh)``)."""
   import jax
   import numpy as np
 
@@ -153,10 +154,17 @@ def jax_step(args, dtype, batch_np):
     gb = placement.global_batch(batch, mesh)
     compiled = run.train_step.lower(run.state, gb).compile()
 
-    def one():
-      run.state, out = compiled(run.state, gb)
-      jax.block_until_ready(out["loss"])
+  def one():
+    run.state, out = compiled(run.state, gb)
+    jax.block_until_ready(out["loss"])
+  return one, compiled, mesh
 
+
+def jax_step(args, dtype, batch_np):
+  """``(seconds per step, compiled memory GB)`` of the engine's step."""
+  import jax
+  one, compiled, mesh = engine_step(args, dtype, batch_np)
+  with jax.set_mesh(mesh):
     one()  # warm-up
     t0 = time.perf_counter()
     for _ in range(args.steps):
@@ -171,12 +179,9 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False):
   import torch
 
   from bench.torch_device import prepare
-  from bench.torch_poi import PoiNetQA
-  torch.manual_seed(0)
+  from bench.torch_poi import training_setup
   sync = prepare(device)
-  model = PoiNetQA(SHAPES[args.shape], head=args.head).to(device)
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
-  batch = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in batch_np.items()}
+  model, opt, batch = training_setup(SHAPES[args.shape], args.head, batch_np, device)
   cast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if autocast_bf16
           else contextlib.nullcontext())
   if device != "cpu":

@@ -96,6 +96,18 @@ def test_process_0_posts_the_verdict_for_the_others():
   assert dogs[1].verdict.endswith("gone); stopping process 1")
 
 
+def _two_started(stuck_timeout_s):
+  """Watchdogs of processes 0 and 1 on one fake KV store, started; ``(dogs, exits)`` with each
+  process's exit codes."""
+  kv = _FakeKV()
+  exits = {0: [], 1: []}
+  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=stuck_timeout_s, beat_s=0.05, client=kv,
+                   exit_fn=exits[i].append) for i in range(2)]
+  for d in dogs:
+    d.start()
+  return dogs, exits
+
+
 def _stepping(dog, steps, pause=0.0):
   for s in steps:
     dog.progress(s)
@@ -105,12 +117,7 @@ def _stepping(dog, steps, pause=0.0):
 def test_a_process_left_behind_while_alive_is_named_by_both():
   """Process 1 stops making progress after step 5 (its heartbeat thread still beats: alive but
   hung); process 0 moves on to step 6 and waits; after ``stuck_timeout_s`` both end, naming 1."""
-  kv = _FakeKV()
-  exits = {0: [], 1: []}
-  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
-                   exit_fn=exits[i].append) for i in range(2)]
-  for d in dogs:
-    d.start()
+  dogs, exits = _two_started(stuck_timeout_s=0.5)
   for s in range(1, 6):
     for d in dogs:
       d.progress(s)
@@ -129,12 +136,7 @@ def test_a_pause_every_process_shares_is_not_stuck_and_the_clock_starts_when_one
   """A long first step (compilation) or evaluation pauses every process: nobody is behind. When
   process 0 then moves on, process 1 (whose last progress is long past) follows within the
   timeout: no verdict, because the clock starts when process 0 moved, not at 1's last step."""
-  kv = _FakeKV()
-  exits = {0: [], 1: []}
-  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0.5, beat_s=0.05, client=kv,
-                   exit_fn=exits[i].append) for i in range(2)]
-  for d in dogs:
-    d.start()
+  dogs, exits = _two_started(stuck_timeout_s=0.5)
   time.sleep(1.2)  # the shared pause, well over stuck_timeout_s
   dogs[0].progress(1)
   time.sleep(0.3)  # process 1 is slower (a contended step) but well within the timeout
@@ -148,12 +150,7 @@ def test_a_pause_every_process_shares_is_not_stuck_and_the_clock_starts_when_one
 
 
 def test_stuck_timeout_0_turns_the_check_off():
-  kv = _FakeKV()
-  exits = {0: [], 1: []}
-  dogs = [Watchdog(i, 2, timeout_s=30, stuck_timeout_s=0, beat_s=0.05, client=kv,
-                   exit_fn=exits[i].append) for i in range(2)]
-  for d in dogs:
-    d.start()
+  dogs, exits = _two_started(stuck_timeout_s=0)
   dogs[0].progress(1)  # process 1 never follows
   time.sleep(1.0)
   assert exits == {0: [], 1: []}
