@@ -157,7 +157,12 @@ def attention_pieces(args):
   am[:, int(l * 0.8):] = 0  # some padding, as real batches have
   out = {}
   jq, jk, jv, jm = (jnp.asarray(x) for x in (q, k, v, am))
-  for kernel in ("xla", "explicit", "explicit_vjp"):
+  kernels = ["xla", "explicit", "explicit_vjp"]
+  if attention.cpu_attention.available():
+    kernels.append("cpu_kernel")
+  else:
+    print(f"# cpu_kernel left out: {attention.cpu_attention.unavailable_reason()}")
+  for kernel in kernels:
     def f(q, k, v, m, kernel=kernel):
       return attention.dot_product_attention(q, k, v, attention.key_mask(m), num_heads=heads,
                                              implementation=kernel)

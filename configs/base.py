@@ -64,8 +64,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.remat = "none"
   c.model.scan_layers = False  # run the encoder layer stack with lax.scan
   # Attention kernel: auto (cuDNN flash attention on a GPU in bf16 when no attention dropout is
-  # active; on a CPU explicit_vjp, the einsum-softmax with a hand-written backward, the fastest
-  # there; else XLA) | xla | explicit | explicit_vjp | cudnn. See poi_jax/layers/attention.py.
+  # active; on a CPU cpu_kernel, a native blocked kernel built on first use, in float32 without
+  # attention dropout on one device, else explicit_vjp, the einsum-softmax with a hand-written
+  # backward; else XLA) | xla | explicit | explicit_vjp | cpu_kernel | cudnn.
+  # See poi_jax/layers/attention.py.
   c.model.attention = "auto"
   c.model.dropout = -1.0  # < 0: keep the encoder config's dropout
   # < 0: keep the encoder's attention-probability dropout (after model.dropout); 0 lets training

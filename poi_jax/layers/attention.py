@@ -5,8 +5,9 @@ einsum-softmax-einsum.
 ``implementation`` (config ``model.attention``):
 
 * ``auto`` (default): cuDNN's fused kernel on a GPU when the compute dtype is bfloat16/float16
-  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``);
-  ``explicit_vjp`` on a CPU; else XLA. cuDNN has no dropout on the attention probabilities, which
+  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a CPU
+  ``cpu_kernel`` when no attention dropout is active, the dtype is float32, the run has one
+  device and the kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which
   BERT fine-tuning applies (0.1), so a training step with attention dropout takes the explicit
   path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
@@ -21,7 +22,13 @@ einsum-softmax-einsum.
   the backward forms ``dS = e / sum(e) * (dP - rowsum(dO * O))`` in one pass (flash attention's
   identity). On a CPU it is the fastest (docs/cpu_profile.md), so ``auto`` picks it there, in
   training with attention dropout too. Same masks, same dropout bits as ``explicit``; equal to it
-  to float32 rounding.* ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
+  to float32 rounding.
+* ``cpu_kernel``: a native CPU kernel (`poi_jax.layers.cpu_attention`, an XLA FFI call built
+  on first use) that keeps a block of queries' scores in cache, as PyTorch's CPU attention does:
+  2-3x faster than ``explicit_vjp`` on a CPU (docs/cpu_profile.md). No attention dropout: in
+  training with it, ``explicit_vjp`` runs instead. An error on other backends, or when the kernel
+  cannot be built (no C++ compiler; the reason is in the error).
+* ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
 Padding is a boolean key mask ``(B, 1, 1, L)``: masked logits become a large negative number,
@@ -36,8 +43,9 @@ import jax
 import jax.numpy as jnp
 
 from poi_jax.layers import common
+from poi_jax.layers import cpu_attention
 
-IMPLEMENTATIONS = ("auto", "xla", "explicit", "explicit_vjp", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "explicit", "explicit_vjp", "cpu_kernel", "cudnn")
 
 
 def key_mask(attention_mask: jax.Array) -> jax.Array:
@@ -137,9 +145,16 @@ def _explicit_vjp(q, k, v, mask, rate, key, deterministic):
   return _softmax_pv(q, k, v, bias, keep, float(rate))
 
 
+def _cpu_kernel_usable(dtype) -> bool:
+  """``auto``'s test for the native CPU kernel: float32, one device (XLA would gather a sharded
+  run's operands onto every device for an FFI call), and built."""
+  return (jnp.dtype(dtype) == jnp.float32 and jax.device_count() == 1
+          and cpu_attention.available())
+
+
 def choose(implementation: str, dtype, dropout_active: bool) -> str:
-  """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA), ``explicit`` (with dropout) or
-  ``explicit_vjp``."""
+  """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA), ``explicit`` (with dropout),
+  ``explicit_vjp`` or ``cpu_kernel``."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   on_gpu = jax.default_backend() == "gpu"
@@ -152,10 +167,17 @@ def choose(implementation: str, dtype, dropout_active: bool) -> str:
       raise ValueError(f"model.attention=cudnn needs a GPU; the backend is "
                        f"{jax.default_backend()!r} (use auto or xla)")
     return "cudnn"
+  if implementation == "cpu_kernel":
+    if jax.default_backend() != "cpu":
+      raise ValueError(f"model.attention=cpu_kernel runs on a CPU; the backend is "
+                       f"{jax.default_backend()!r} (use auto)")
+    if not cpu_attention.available():
+      raise ValueError(f"model.attention=cpu_kernel: {cpu_attention.unavailable_reason()}")
+    return "explicit_vjp" if dropout_active else "cpu_kernel"
   if implementation == "explicit_vjp":
     return "explicit_vjp"
   if implementation == "auto" and jax.default_backend() == "cpu":
-    return "explicit_vjp"
+    return "cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype) else "explicit_vjp"
   if dropout_active or implementation == "explicit":
     return "explicit"
   if implementation == "auto" and on_gpu and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
@@ -184,7 +206,12 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   v = v.reshape(b, lk, num_heads, dh)
   dropout_active = dropout_rate > 0.0 and not deterministic
   kind = choose(implementation, v.dtype, dropout_active)
-  if kind == "explicit_vjp":
+  if kind == "cpu_kernel" and mask is not None and mask.shape[1:3] != (1, 1):
+    kind = "explicit_vjp"  # the kernel takes a key mask only, not a per-query one
+  if kind == "cpu_kernel":
+    bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
+    out = cpu_attention.attention(q, k, v, bias)
+  elif kind == "explicit_vjp":
     out = _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
   elif kind == "explicit":
     out = _explicit(q, k, v, mask,

@@ -18,7 +18,7 @@ def _qkv(b=3, l=7, heads=4, dh=8, seed=0):
   return make(), make(), make(), attention.key_mask(jnp.asarray(mask))
 
 
-@pytest.mark.parametrize("implementation", ["auto", "xla", "explicit", "explicit_vjp"])
+@pytest.mark.parametrize("implementation", ["auto", "xla", "explicit", "explicit_vjp", "cpu_kernel"])
 def test_fused_api_matches_explicit_path_with_padding(implementation):
   q, k, v, mask = _qkv()
   fused = attention.dot_product_attention(q, k, v, mask, num_heads=4,
@@ -74,10 +74,14 @@ def test_dropout_in_training_is_the_same_for_the_same_key_and_drops():
 
 
 @pytest.mark.parametrize("backend,implementation,dtype,dropout,want", [
-    # On a CPU the hand-written backward is the fastest (docs/cpu_profile.md), dropout or not.
+    # On a CPU the native kernel is the fastest (docs/cpu_profile.md): float32, no dropout; else
+    # the hand-written backward.
     ("cpu", "auto", jnp.bfloat16, False, "explicit_vjp"),
-    ("cpu", "auto", jnp.float32, False, "explicit_vjp"),
+    ("cpu", "auto", jnp.float32, False, "cpu_kernel"),
     ("cpu", "auto", jnp.float32, True, "explicit_vjp"),
+    ("cpu", "cpu_kernel", jnp.float32, False, "cpu_kernel"),
+    ("cpu", "cpu_kernel", jnp.bfloat16, False, "cpu_kernel"),
+    ("cpu", "cpu_kernel", jnp.float32, True, "explicit_vjp"),
     ("cpu", "explicit", jnp.float32, False, "explicit"),
     ("gpu", "explicit_vjp", jnp.bfloat16, True, "explicit_vjp"),
     ("cpu", "xla", jnp.float32, False, "xla"),
@@ -92,7 +96,21 @@ def test_dropout_in_training_is_the_same_for_the_same_key_and_drops():
 ])
 def test_choice_of_kernel(monkeypatch, backend, implementation, dtype, dropout, want):
   monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
+  monkeypatch.setattr(jax, "device_count", lambda: 1)
   assert attention.choose(implementation, dtype, dropout) == want
+
+
+def test_auto_keeps_xla_ops_without_the_kernel_or_on_several_devices(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  monkeypatch.setattr(attention.cpu_attention, "available", lambda: False)
+  monkeypatch.setattr(attention.cpu_attention, "unavailable_reason", lambda: "no C++ compiler")
+  assert attention.choose("auto", jnp.float32, False) == "explicit_vjp"
+  with pytest.raises(ValueError, match="cpu_kernel: no C\\+\\+ compiler"):
+    attention.choose("cpu_kernel", jnp.float32, False)
+  monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
+  monkeypatch.setattr(jax, "device_count", lambda: 8)  # XLA would gather a sharded FFI call
+  assert attention.choose("auto", jnp.float32, False) == "explicit_vjp"
 
 
 def test_cudnn_limits_are_clear_errors(monkeypatch):
@@ -104,3 +122,6 @@ def test_cudnn_limits_are_clear_errors(monkeypatch):
     attention.choose("cudnn", jnp.bfloat16, False)
   with pytest.raises(ValueError, match="model.attention must be one of"):
     attention.choose("flash", jnp.bfloat16, False)
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with pytest.raises(ValueError, match="cpu_kernel runs on a CPU"):
+    attention.choose("cpu_kernel", jnp.float32, False)

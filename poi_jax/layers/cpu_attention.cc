@@ -1,0 +1,439 @@
+// Scaled dot-product attention for XLA's CPU backend: forward and backward as XLA FFI handlers.
+//
+// Why: XLA's CPU backend runs attention as whole-array passes over the (B, N, Lq, Lk) scores
+// (batched matmuls, then softmax, then more matmuls), which leaves the scores in memory between
+// passes; PyTorch's CPU kernel works on a block of queries at a time with the block's scores in
+// cache. This kernel does the same: per (batch, head), per block of BQ queries, the block's
+// scores, softmax and products stay in a thread's scratch (BQ x Lk floats), and the heads are
+// read in place from the projections' (B, L, N, D) layout (no transposes in the graph).
+//
+// Forward: out = softmax(q k^T / sqrt(D) + bias) v, and each query's max score and 1 / sum(exp)
+//          (kept for the backward, as flash attention keeps their log-sum-exp: two numbers, not
+//          one, because a padded row's max is -3.4e38, which would absorb log(sum)).
+// Backward: P recomputed from them; dP = dO v^T; dS = P * (dP - rowsum(dO * out)) / sqrt(D);
+//           dq = dS k, dk = dS^T q, dv = P^T dO.
+// float32 only; bias is additive over keys, (B, Lk); attention dropout is not done here (the
+// Python side uses this kernel only without it). Work is split over (batch, head) pairs on XLA's
+// intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same rows.
+//
+// Portable C++17 with GCC/Clang vector extensions (16-float vectors: one AVX-512 register, two
+// AVX2 registers, four NEON ones); built on first use by poi_jax/layers/cpu_attention.py.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+constexpr int W = 16;   // floats per vector
+constexpr int BQ = 32;  // queries per block: BQ x Lk scores stay in L2 up to Lk of a few thousand
+
+inline vf ld(const float* p) { vf v; std::memcpy(&v, p, sizeof(v)); return v; }
+inline void st(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+inline vf splat(float x) { return vf{} + x; }
+
+// exp over a vector (Cephes' expf: exp(x) = 2^n exp(r), |r| <= ln2/2, degree-5 polynomial;
+// ~1 ulp). Inputs below -87.3 give 0, as float32 exp underflows there.
+inline vf vexp(vf x) {
+  const vi underflow = x < -87.3365447505531f;
+  x = x > 88.3762626647949f ? splat(88.3762626647949f) : x;
+  x = x < -87.3365447505531f ? splat(-87.3365447505531f) : x;
+  const vf fx = x * 1.44269504088896341f + 0.5f;
+  vf n = __builtin_convertvector(__builtin_convertvector(fx, vi), vf);
+  n = n > fx ? n - 1.0f : n;  // floor(x / ln2 + 1/2)
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln2, ln2 in two parts
+  vf y = splat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const vi two_n = (__builtin_convertvector(n, vi) + 127) << 23;  // 2^n as float bits
+  vi bits;
+  std::memcpy(&bits, &y, sizeof(bits));
+  vf two_n_f;
+  std::memcpy(&two_n_f, &two_n, sizeof(two_n_f));
+  y = y * two_n_f;
+  std::memcpy(&bits, &y, sizeof(bits));
+  bits &= ~underflow;
+  std::memcpy(&y, &bits, sizeof(y));
+  return y;
+}
+
+inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < W; ++i) m = std::max(m, v[i]); return m; }
+inline float hsum(vf v) { float s = 0.f; for (int i = 0; i < W; ++i) s += v[i]; return s; }
+
+// ---- Register-blocked products (all sizes of the accumulator tiles are compile-time) ----------
+// The operands are packed: rows of Dp floats (Dp a multiple of W, zero padded) and score rows of
+// Lkp floats (Lkp a multiple of W).
+
+// S[r][j] = sum_d A[r][d] * BT[d][j] for RN rows and CN vectors of columns.
+template <int RN, int CN>
+inline void tile_abt(const float* A, const float* BT, int Dp, int Lkp, float* S) {
+  vf acc[RN][CN] = {};
+  for (int d = 0; d < Dp; ++d) {
+    vf b[CN];
+    for (int c = 0; c < CN; ++c) b[c] = ld(BT + (int64_t)d * Lkp + c * W);
+    for (int r = 0; r < RN; ++r) {
+      vf a = splat(A[r * Dp + d]);
+      for (int c = 0; c < CN; ++c) acc[r][c] += a * b[c];
+    }
+  }
+  for (int r = 0; r < RN; ++r)
+    for (int c = 0; c < CN; ++c) st(S + (int64_t)r * Lkp + c * W, acc[r][c]);
+}
+
+template <int RN>
+inline void row_abt(const float* A, const float* BT, int Dp, int Lkp, float* S) {
+  int j = 0;
+  for (; j + 4 * W <= Lkp; j += 4 * W) tile_abt<RN, 4>(A, BT + j, Dp, Lkp, S + j);
+  switch ((Lkp - j) / W) {
+    case 3: tile_abt<RN, 3>(A, BT + j, Dp, Lkp, S + j); break;
+    case 2: tile_abt<RN, 2>(A, BT + j, Dp, Lkp, S + j); break;
+    case 1: tile_abt<RN, 1>(A, BT + j, Dp, Lkp, S + j); break;
+  }
+}
+
+// S (R x Lkp) = A (R x Dp) @ BT (Dp x Lkp).
+void mat_abt(const float* A, int R, const float* BT, int Dp, int Lkp, float* S) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) row_abt<4>(A + r * Dp, BT, Dp, Lkp, S + (int64_t)r * Lkp);
+  for (; r < R; ++r) row_abt<1>(A + r * Dp, BT, Dp, Lkp, S + (int64_t)r * Lkp);
+}
+
+// O[r][:] = sum_j P[r][j] * V[j][:] for RN rows and CN vectors of O's columns.
+template <int RN, int CN>
+inline void tile_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, float* O) {
+  vf acc[RN][CN] = {};
+  for (int j = 0; j < Lk; ++j) {
+    vf v[CN];
+    for (int c = 0; c < CN; ++c) v[c] = ld(V + (int64_t)j * Dp + c * W);
+    for (int r = 0; r < RN; ++r) {
+      vf p = splat(P[(int64_t)r * Lkp + j]);
+      for (int c = 0; c < CN; ++c) acc[r][c] += p * v[c];
+    }
+  }
+  for (int r = 0; r < RN; ++r)
+    for (int c = 0; c < CN; ++c) st(O + (int64_t)r * Dp + c * W, acc[r][c]);
+}
+
+template <int RN>
+inline void row_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, float* O) {
+  int c = 0;
+  for (; c + 4 * W <= Dp; c += 4 * W) tile_pv<RN, 4>(P, V + c, Lk, Lkp, Dp, O + c);
+  switch ((Dp - c) / W) {
+    case 3: tile_pv<RN, 3>(P, V + c, Lk, Lkp, Dp, O + c); break;
+    case 2: tile_pv<RN, 2>(P, V + c, Lk, Lkp, Dp, O + c); break;
+    case 1: tile_pv<RN, 1>(P, V + c, Lk, Lkp, Dp, O + c); break;
+  }
+}
+
+// O (R x Dp) = P (R x Lk, row stride Lkp) @ V (Lk x Dp).
+void mat_pv(const float* P, int R, const float* V, int Lk, int Lkp, int Dp, float* O) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) row_pv<4>(P + (int64_t)r * Lkp, V, Lk, Lkp, Dp, O + r * Dp);
+  for (; r < R; ++r) row_pv<1>(P + (int64_t)r * Lkp, V, Lk, Lkp, Dp, O + r * Dp);
+}
+
+// G[j][:] += sum_r P[r][j] * X[r][:] for JN rows of G and CN vectors of its columns.
+template <int JN, int CN>
+inline void tile_ptx(const float* P, int R, const float* X, int Lkp, int Dp, float* G) {
+  vf acc[JN][CN];
+  for (int j = 0; j < JN; ++j)
+    for (int c = 0; c < CN; ++c) acc[j][c] = ld(G + (int64_t)j * Dp + c * W);
+  for (int r = 0; r < R; ++r) {
+    vf x[CN];
+    for (int c = 0; c < CN; ++c) x[c] = ld(X + (int64_t)r * Dp + c * W);
+    for (int j = 0; j < JN; ++j) {
+      vf p = splat(P[(int64_t)r * Lkp + j]);
+      for (int c = 0; c < CN; ++c) acc[j][c] += p * x[c];
+    }
+  }
+  for (int j = 0; j < JN; ++j)
+    for (int c = 0; c < CN; ++c) st(G + (int64_t)j * Dp + c * W, acc[j][c]);
+}
+
+template <int JN>
+inline void row_ptx(const float* P, int R, const float* X, int Lkp, int Dp, float* G) {
+  int c = 0;
+  for (; c + 4 * W <= Dp; c += 4 * W) tile_ptx<JN, 4>(P, R, X + c, Lkp, Dp, G + c);
+  switch ((Dp - c) / W) {
+    case 3: tile_ptx<JN, 3>(P, R, X + c, Lkp, Dp, G + c); break;
+    case 2: tile_ptx<JN, 2>(P, R, X + c, Lkp, Dp, G + c); break;
+    case 1: tile_ptx<JN, 1>(P, R, X + c, Lkp, Dp, G + c); break;
+  }
+}
+
+// G (Lk x Dp) += P^T (Lk x R; P is R x Lk, row stride Lkp) @ X (R x Dp).
+void mat_ptx_acc(const float* P, int R, const float* X, int Lk, int Lkp, int Dp, float* G) {
+  int j = 0;
+  for (; j + 4 <= Lk; j += 4) row_ptx<4>(P + j, R, X, Lkp, Dp, G + (int64_t)j * Dp);
+  for (; j < Lk; ++j) row_ptx<1>(P + j, R, X, Lkp, Dp, G + (int64_t)j * Dp);
+}
+
+// ---- Layout ---------------------------------------------------------------------------------
+
+struct Dims {
+  int64_t B, Lq, Lk, N, D;
+  int Dp, Lkp;  // D and Lk rounded up to a multiple of W
+};
+
+Dims dims_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k) {
+  auto qd = q.dimensions();
+  auto kd = k.dimensions();
+  Dims d{qd[0], qd[1], kd[1], qd[2], qd[3], 0, 0};
+  d.Dp = static_cast<int>((d.D + W - 1) / W * W);
+  d.Lkp = static_cast<int>((d.Lk + W - 1) / W * W);
+  return d;
+}
+
+// Rows [i0, i0 + rows) of head h of batch b of a (B, L, N, D) array -> rows x Dp, zero padded,
+// times s.
+void gather(const float* x, const Dims& d, int64_t L, int64_t b, int64_t h, int64_t i0,
+            int64_t rows, float s, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + ((b * L + i0 + r) * d.N + h) * d.D;
+    float* o = out + r * d.Dp;
+    for (int64_t c = 0; c < d.D; ++c) o[c] = src[c] * s;
+    for (int64_t c = d.D; c < d.Dp; ++c) o[c] = 0.f;
+  }
+}
+
+// The inverse of `gather` for rows x D (the padding dropped).
+void scatter(const float* in, const Dims& d, int64_t L, int64_t b, int64_t h, int64_t i0,
+             int64_t rows, float s, float* x) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = x + ((b * L + i0 + r) * d.N + h) * d.D;
+    const float* src = in + r * d.Dp;
+    for (int64_t c = 0; c < d.D; ++c) dst[c] = src[c] * s;
+  }
+}
+
+// rows (Lk x Dp, packed by `gather`) -> Dp x Lkp, transposed and zero padded, 16 x 16 blocks at
+// a time (both sides stay in cache: gathering straight from the strided (B, L, N, D) array into
+// columns was 5-10% of the backward, in cache misses).
+void transpose_rows(const float* rows, const Dims& d, float* out) {
+  constexpr int T = 16;
+  for (int64_t j0 = 0; j0 < d.Lkp; j0 += T) {
+    const int64_t jn = std::min<int64_t>(T, d.Lk - j0);
+    for (int64_t c0 = 0; c0 < d.Dp; c0 += T) {
+      for (int64_t c = c0; c < c0 + T; ++c) {
+        float* o = out + c * d.Lkp + j0;
+        int64_t j = 0;
+        for (; j < jn; ++j) o[j] = rows[(j0 + j) * d.Dp + c];
+        for (; j < T; ++j) o[j] = 0.f;
+      }
+    }
+  }
+}
+
+// Runs f(0) .. f(n - 1) on the calling thread and the XLA intra-op pool; returns when all ran.
+// The caller waits for the items, not for the helpers: a helper that has not started (its pool
+// thread busy, perhaps in another such call) takes nothing, and the caller does the rest itself,
+// so calls that wait on one another's helpers cannot deadlock. A helper that starts late finds
+// no items left and touches only the shared counters, which it keeps alive.
+template <typename F>
+void parallel_for(ffi::ThreadPool& pool, int64_t n, F&& f) {
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    int64_t done = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto shared = std::make_shared<Shared>();
+  auto run = [n, &f](Shared& s) {
+    for (int64_t i; (i = s.next.fetch_add(1)) < n;) {
+      f(i);
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (++s.done == n) s.cv.notify_all();
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
+  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([shared, run] { run(*shared); });
+  run(*shared);
+  std::unique_lock<std::mutex> lock(shared->mu);
+  shared->cv.wait(lock, [&] { return shared->done == n; });
+}
+
+// A thread's scratch, reused across calls (grown when a call needs more).
+float* scratch(std::vector<float>& buf, int64_t size) {
+  if ((int64_t)buf.size() < size) buf.resize(size);
+  return buf.data();
+}
+
+// ---- Forward ----------------------------------------------------------------------------------
+
+ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                   ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> row_max,
+                   ffi::ResultBuffer<ffi::F32> inv_sum) {
+  const Dims d = dims_of(q, k);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const float *Q = q.typed_data(), *K = k.typed_data(), *V = v.typed_data();
+  const float* bias_ = bias.typed_data();
+  float *O = out->typed_data(), *MAX = row_max->typed_data(), *INV = inv_sum->typed_data();
+  const int64_t Dp = d.Dp, Lkp = d.Lkp;
+  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
+    const int64_t b = bh / d.N, h = bh % d.N;
+    thread_local std::vector<float> buf;
+    float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp);
+    float* vp = kt + Dp * Lkp;
+    float* qb = vp + Lkp * Dp;
+    float* ob = qb + BQ * Dp;
+    float* s = ob + BQ * Dp;
+    float* kp = s + BQ * Lkp;
+    gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
+    transpose_rows(kp, d, kt);
+    gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, vp);
+    const float* bias_b = bias_ + b * d.Lk;
+    for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
+      const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
+      float inv[BQ];  // 1 / sum(e) per query: the softmax's normalisation, applied after e @ v
+      gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
+      mat_abt(qb, R, kt, d.Dp, d.Lkp, s);
+      for (int r = 0; r < R; ++r) {
+        float* sr = s + (int64_t)r * Lkp;
+        int64_t j = 0;
+        vf m = splat(-3.4028234663852886e38f);
+        for (; j + W <= d.Lk; j += W) {
+          vf x = ld(sr + j) + ld(bias_b + j);
+          st(sr + j, x);
+          m = x > m ? x : m;
+        }
+        float mx = hmax(m);
+        for (; j < d.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
+        vf acc = {};
+        for (j = 0; j + W <= d.Lk; j += W) {
+          vf e = vexp(ld(sr + j) - mx);
+          st(sr + j, e);
+          acc += e;
+        }
+        float l = hsum(acc);
+        for (; j < d.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
+        inv[r] = 1.0f / l;
+        MAX[bh * d.Lq + i0 + r] = mx;
+        INV[bh * d.Lq + i0 + r] = inv[r];
+      }
+      mat_pv(s, R, vp, static_cast<int>(d.Lk), d.Lkp, d.Dp, ob);  // unnormalised: e @ v
+      for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                    ffi::Buffer<ffi::F32> out, ffi::Buffer<ffi::F32> row_max,
+                    ffi::Buffer<ffi::F32> inv_sum,
+                    ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
+                    ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
+  const Dims d = dims_of(q, k);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const float *Q = q.typed_data(), *K = k.typed_data(), *V = v.typed_data();
+  const float *bias_ = bias.typed_data(), *O = out.typed_data();
+  const float *MAX = row_max.typed_data(), *INV = inv_sum.typed_data();
+  const float* DO = d_out.typed_data();
+  float *DQ = dq->typed_data(), *DK = dk->typed_data(), *DV = dv->typed_data();
+  const int64_t Dp = d.Dp, Lkp = d.Lkp;
+  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
+    const int64_t b = bh / d.N, h = bh % d.N;
+    thread_local std::vector<float> buf;
+    float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2);
+    float* vt = kt + Dp * Lkp;
+    float* kp = vt + Dp * Lkp;
+    float* dka = kp + Lkp * Dp;
+    float* dva = dka + Lkp * Dp;
+    float* qb = dva + Lkp * Dp;
+    float* dob = qb + BQ * Dp;
+    float* ob = dob + BQ * Dp;
+    float* dqb = ob + BQ * Dp;
+    float* p = dqb + BQ * Dp;
+    float* ds = p + BQ * Lkp;
+    gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
+    transpose_rows(kp, d, kt);
+    gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
+    transpose_rows(dva, d, vt);
+    std::fill(dka, dka + Lkp * Dp * 2, 0.f);  // dka and dva
+    const float* bias_b = bias_ + b * d.Lk;
+    for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
+      const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
+      gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
+      gather(DO, d, d.Lq, b, h, i0, R, 1.f, dob);
+      gather(O, d, d.Lq, b, h, i0, R, 1.f, ob);
+      mat_abt(qb, R, kt, d.Dp, d.Lkp, p);   // scores
+      mat_abt(dob, R, vt, d.Dp, d.Lkp, ds);  // dP = dO v^T
+      for (int r = 0; r < R; ++r) {
+        float* pr = p + (int64_t)r * Lkp;
+        float* dsr = ds + (int64_t)r * Lkp;
+        const float mx = MAX[bh * d.Lq + i0 + r];
+        const vf inv = splat(INV[bh * d.Lq + i0 + r]);
+        float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
+        for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
+        int64_t j = 0;
+        for (; j + W <= d.Lk; j += W) {
+          vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
+          st(pr + j, pj);
+          st(dsr + j, pj * (ld(dsr + j) - row));
+        }
+        for (; j < d.Lk; ++j) {
+          pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
+          dsr[j] = pr[j] * (dsr[j] - row);
+        }
+      }
+      const int Lk = static_cast<int>(d.Lk);
+      mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO
+      mat_pv(ds, R, kp, Lk, d.Lkp, d.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
+      mat_ptx_acc(ds, R, qb, Lk, d.Lkp, d.Dp, dka);  // dk += dS^T (q / sqrt(D))
+      scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
+    }
+    scatter(dka, d, d.Lk, b, h, 0, d.Lk, 1.f, DK);
+    scatter(dva, d, d.Lk, b, h, 0, d.Lk, 1.f, DV);
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PoiCpuAttentionForward, Forward,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::ThreadPool>()
+        .Arg<ffi::Buffer<ffi::F32>>()  // q (B, Lq, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // k (B, Lk, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // v (B, Lk, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // bias (B, Lk)
+        .Ret<ffi::Buffer<ffi::F32>>()  // out (B, Lq, N, D)
+        .Ret<ffi::Buffer<ffi::F32>>()  // row_max (B, N, Lq)
+        .Ret<ffi::Buffer<ffi::F32>>()  // inv_sum (B, N, Lq)
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PoiCpuAttentionBackward, Backward,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::ThreadPool>()
+        .Arg<ffi::Buffer<ffi::F32>>()  // q
+        .Arg<ffi::Buffer<ffi::F32>>()  // k
+        .Arg<ffi::Buffer<ffi::F32>>()  // v
+        .Arg<ffi::Buffer<ffi::F32>>()  // bias
+        .Arg<ffi::Buffer<ffi::F32>>()  // out
+        .Arg<ffi::Buffer<ffi::F32>>()  // row_max
+        .Arg<ffi::Buffer<ffi::F32>>()  // inv_sum
+        .Arg<ffi::Buffer<ffi::F32>>()  // d_out
+        .Ret<ffi::Buffer<ffi::F32>>()  // dq
+        .Ret<ffi::Buffer<ffi::F32>>()  // dk
+        .Ret<ffi::Buffer<ffi::F32>>()  // dv
+);

@@ -1,0 +1,128 @@
+"""The native CPU attention kernel (`poi_jax.layers.cpu_attention`, ``model.attention=cpu_kernel``):
+its forward and its hand-written backward against JAX's derivative of the explicit einsum-softmax
+path and against PyTorch's `scaled_dot_product_attention`, on shapes that exercise every edge of
+its blocking (query blocks of 32, 16-float vectors: lengths and head sizes that are not
+multiples, cross-attention, a fully padded example); its build cache and its failure message."""
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from poi_jax.layers import attention, cpu_attention
+
+needs_compiler = pytest.mark.skipif(
+    cpu_attention._compiler() is None,
+    reason="no C++ compiler on PATH: the kernel cannot be built here (auto keeps explicit_vjp; "
+           "tested in test_auto_keeps_xla_ops_without_the_kernel_or_on_several_devices)")
+
+
+def _inputs(b, lq, lk, heads, dh, lengths, seed=0):
+  rng = np.random.default_rng(seed)
+  q = rng.normal(size=(b, lq, heads, dh)).astype(np.float32)
+  k, v = (rng.normal(size=(b, lk, heads, dh)).astype(np.float32) for _ in range(2))
+  keys = (np.arange(lk)[None] < np.asarray(lengths)[:, None])  # (B, Lk) True: attend
+  cotangent = rng.normal(size=(b, lq, heads, dh)).astype(np.float32)
+  return q, k, v, keys, cotangent
+
+
+# (B, Lq, Lk, N, Dh, key lengths): MiniLM's heads of 32 and BERT-base's of 64 over lengths that
+# are and are not multiples of the query block (32) and of the vector (16); cross-attention
+# (Lq != Lk); an example with every key padded (softmax over equal scores: uniform, as the
+# explicit path and transformers' eager attention give).
+SHAPES = [
+    (2, 64, 64, 3, 32, [64, 40]),
+    (2, 37, 50, 3, 24, [50, 0]),
+    (1, 33, 17, 2, 64, [9]),
+    (3, 7, 7, 4, 8, [7, 4, 1]),
+]
+
+
+@needs_compiler
+@pytest.mark.parametrize("b,lq,lk,heads,dh,lengths", SHAPES)
+def test_kernel_equals_autodiff_of_the_explicit_path(b, lq, lk, heads, dh, lengths):
+  assert cpu_attention.available(), cpu_attention.unavailable_reason()
+  q, k, v, keys, cot = _inputs(b, lq, lk, heads, dh, lengths)
+  mask = jnp.asarray(keys)[:, None, None, :]
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  kernel = lambda q, k, v: cpu_attention.attention(q, k, v, bias)
+  explicit = lambda q, k, v: attention._explicit(q, k, v, mask, lambda p: p)
+  got, got_vjp = jax.vjp(jax.jit(kernel), q, k, v)
+  want, want_vjp = jax.vjp(explicit, q, k, v)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+  for name, g, w in zip("qkv", got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
+    assert float(jnp.abs(w).max()) > 0.05, name  # a gradient worth comparing
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-6, rtol=0, err_msg=name)
+
+
+@needs_compiler
+@pytest.mark.parametrize("b,lq,lk,heads,dh,lengths", SHAPES[:2])
+def test_kernel_equals_pytorch_sdpa(b, lq, lk, heads, dh, lengths):
+  """PyTorch's own CPU attention as the reference, value and q/k/v gradients (examples with at
+  least one key: PyTorch gives NaN for a row with none)."""
+  q, k, v, keys, cot = _inputs(b, lq, lk, heads, dh, [max(n, 1) for n in lengths])
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  got, vjp = jax.vjp(lambda *a: cpu_attention.attention(*a, bias), q, k, v)
+  grads = vjp(jnp.asarray(cot))
+  tq, tk, tv = (torch.tensor(x).transpose(1, 2).requires_grad_() for x in (q, k, v))
+  out = torch.nn.functional.scaled_dot_product_attention(
+      tq, tk, tv, attn_mask=torch.tensor(keys)[:, None, None, :])
+  out.backward(torch.tensor(cot).transpose(1, 2))
+  np.testing.assert_allclose(np.asarray(got), out.transpose(1, 2).detach().numpy(), atol=1e-5,
+                             rtol=0)
+  for name, g, t in zip("qkv", grads, (tq, tk, tv)):
+    np.testing.assert_allclose(np.asarray(g), t.grad.transpose(1, 2).numpy(), atol=1e-5, rtol=0,
+                               err_msg=name)
+
+
+@needs_compiler
+def test_kernel_under_vmap_and_in_bfloat16():
+  q, k, v, keys, _ = _inputs(2, 20, 20, 2, 16, [20, 11])
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  one = lambda q, k, v: cpu_attention.attention(q[None], k[None], v[None], bias[:1])[0]
+  mapped = jax.vmap(one, in_axes=(0, None, None))(jnp.stack([q[0], q[0] * 2]), k[0], v[0])
+  np.testing.assert_allclose(np.asarray(mapped[0]), np.asarray(one(q[0], k[0], v[0])), atol=1e-6)
+  np.testing.assert_allclose(np.asarray(mapped[1]), np.asarray(one(q[0] * 2, k[0], v[0])),
+                             atol=1e-6)
+  low = cpu_attention.attention(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), bias)
+  assert low.dtype == jnp.bfloat16  # computed in float32, returned in the inputs' dtype
+  full = cpu_attention.attention(q, k, v, bias)
+  np.testing.assert_allclose(np.asarray(low, np.float32), np.asarray(full), atol=5e-2)
+
+
+@needs_compiler
+def test_build_goes_to_the_cache_directory_once(tmp_path):
+  """A fresh cache directory gets one library (in a child process: a process registers its FFI
+  targets once); a second process loads it without building again."""
+  child = [sys.executable, "-c", "from poi_jax.layers import cpu_attention as c; "
+           "assert c.available(), c.unavailable_reason()"]
+  env = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path)}
+  subprocess.run(child, env=env, check=True, timeout=600)
+  built = list(tmp_path.iterdir())
+  assert len(built) == 1 and built[0].name.startswith("cpu_attention-"), built
+  stamp = built[0].stat().st_mtime_ns
+  subprocess.run(child, env=env, check=True, timeout=600)
+  assert list(tmp_path.iterdir()) == built and built[0].stat().st_mtime_ns == stamp
+
+
+def test_no_compiler_is_a_clear_reason(monkeypatch):
+  monkeypatch.setattr(cpu_attention, "_state", {})
+  monkeypatch.setattr(cpu_attention, "_compiler", lambda: None)
+  assert not cpu_attention.available()
+  assert "no C++ compiler" in cpu_attention.unavailable_reason()
+  with pytest.raises(RuntimeError, match="cpu_kernel: no C\\+\\+ compiler"):
+    cpu_attention.attention(jnp.zeros((1, 2, 1, 4)), jnp.zeros((1, 2, 1, 4)),
+                            jnp.zeros((1, 2, 1, 4)), None)
+
+
+def test_compiler_lookup_prefers_cxx(monkeypatch):
+  gxx = shutil.which("g++") or shutil.which("c++")
+  if gxx is None:
+    pytest.skip("no g++/c++ on PATH to point $CXX at")
+  monkeypatch.setenv("CXX", gxx)
+  assert cpu_attention._compiler() == gxx
