@@ -7,9 +7,9 @@ einsum-softmax-einsum.
 * ``auto`` (default): cuDNN's fused kernel on a GPU when the compute dtype is bfloat16/float16
   and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a CPU
   ``cpu_kernel`` when no attention dropout is active, the dtype is float32, the run has one
-  device and the kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which
-  BERT fine-tuning applies (0.1), so a training step with attention dropout takes the explicit
-  path; a shape cuDNN rejects falls back to XLA too.
+  device and the kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout
+  on the attention probabilities, which BERT fine-tuning applies (0.1), so a training step with
+  attention dropout takes the explicit path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
   attention dropout is active.
 * ``explicit``: the einsum-softmax-einsum below (transformers' eager attention): an additive
@@ -20,8 +20,9 @@ einsum-softmax-einsum.
   without dropout: the forward normalises after the probabilities' matmul (``(e @ v) / sum(e)``
   with ``e = exp(s - max s)``: one pass fewer over the ``(B, N, L, L)`` scores) and keeps ``e``;
   the backward forms ``dS = e / sum(e) * (dP - rowsum(dO * O))`` in one pass (flash attention's
-  identity). On a CPU it is the fastest (docs/cpu_profile.md), so ``auto`` picks it there, in
-  training with attention dropout too. Same masks, same dropout bits as ``explicit``; equal to it
+  identity). On a CPU it is the fastest of the XLA-op kernels (docs/cpu_profile.md), so ``auto``
+  picks it there when ``cpu_kernel`` does not apply (attention dropout, bfloat16, several
+  devices, no compiler). Same masks, same dropout bits as ``explicit``; equal to it
   to float32 rounding.
 * ``cpu_kernel``: a native CPU kernel (`poi_jax.layers.cpu_attention`, an XLA FFI call built
   on first use) that keeps a block of queries' scores in cache, as PyTorch's CPU attention does:

@@ -36,6 +36,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,7 @@ CACHE_ENV = "POI_JAX_KERNEL_CACHE"
 
 _log = logging.getLogger(__name__)
 _state: dict[str, object] = {}  # "reason": why the kernel is unavailable (set once tried)
+_lock = threading.Lock()  # one build and registration per process, whichever thread traces first
 
 
 def cache_dir() -> str:
@@ -106,8 +108,14 @@ def _build(compiler: str, target: str) -> None:
 def _load() -> bool:
   """Builds (once per machine and version) and registers the FFI targets; False when it cannot,
   with the reason kept for `unavailable_reason`."""
-  if "reason" in _state:
-    return _state["reason"] is None
+  with _lock:
+    if "reason" not in _state:
+      _state["reason"] = _build_and_register()
+  return _state["reason"] is None
+
+
+def _build_and_register() -> str | None:
+  """None when the targets are registered, else why not (logged once)."""
   reason = None
   compiler = _compiler()
   if compiler is None:
@@ -127,8 +135,7 @@ def _load() -> bool:
       reason = f"the CPU attention kernel could not be built or loaded: {e}"
   if reason is not None:
     _log.warning("%s; attention uses XLA's ops (model.attention=explicit_vjp)", reason)
-  _state["reason"] = reason
-  return reason is None
+  return reason
 
 
 def available() -> bool:

@@ -57,9 +57,13 @@ def test_two_accumulated_half_batches_equal_one_full_batch():
   moved = []
   for (path, x), y, z in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b),
                              jax.tree.leaves(init)):
-    # 1e-5 = 1% of one Adam step (lr 1e-3): the span head's bias has an exactly-zero gradient
-    # (softmax cross-entropy over positions), and Adam's first step turns its float noise into
-    # updates of up to lr * noise / (noise + eps).
-    np.testing.assert_allclose(y, x, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+    # 1e-5 = 1% of one Adam step (lr 1e-3). The span head's bias is the exception: its gradient
+    # is exactly zero (a constant added to every position's logit leaves the softmax
+    # cross-entropy over positions unchanged), so each run's gradient is float noise in the
+    # order of its sums, and Adam's first step turns that noise into an update of up to
+    # lr * noise / (noise + eps) in either direction: the two runs agree within two steps only.
+    name = jax.tree_util.keystr(path)
+    atol = 2e-3 if "qa_outputs" in name and "bias" in name else 1e-5
+    np.testing.assert_allclose(y, x, atol=atol, err_msg=name)
     moved.append(np.abs(x - z).max())
   assert max(moved) > 1e-4  # the update happened (after the second half batch)
