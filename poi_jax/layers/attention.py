@@ -26,7 +26,7 @@ einsum-softmax-einsum.
   to float32 rounding.
 * ``cpu_kernel``: a native CPU kernel (`poi_jax.layers.cpu_attention`, an XLA FFI call built
   on first use) that keeps a block of queries' scores in cache, as PyTorch's CPU attention does:
-  2-3x faster than ``explicit_vjp`` on a CPU (docs/cpu_profile.md). No attention dropout: in
+  forward + backward 1.3-1.5x faster than ``explicit_vjp`` on a CPU (docs/cpu_profile.md). No attention dropout: in
   training with it, ``explicit_vjp`` runs instead. An error on other backends, or when the kernel
   cannot be built (no C++ compiler; the reason is in the error).
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -95,15 +96,25 @@ inline void tile_abt(const float* A, const float* BT, int Dp, int Lkp, float* S)
     for (int c = 0; c < CN; ++c) st(S + (int64_t)r * Lkp + c * W, acc[r][c]);
 }
 
+// Calls tile(std::integral_constant<int, CN>, c) for the columns [0, n) (n a multiple of W):
+// tiles of four vectors, then one of the 1-3 left, so that every tile's width is a compile-time
+// constant.
+template <typename Tile>
+inline void over_column_tiles(int n, Tile&& tile) {
+  int c = 0;
+  for (; c + 4 * W <= n; c += 4 * W) tile(std::integral_constant<int, 4>{}, c);
+  switch ((n - c) / W) {
+    case 3: tile(std::integral_constant<int, 3>{}, c); break;
+    case 2: tile(std::integral_constant<int, 2>{}, c); break;
+    case 1: tile(std::integral_constant<int, 1>{}, c); break;
+  }
+}
+
 template <int RN>
 inline void row_abt(const float* A, const float* BT, int Dp, int Lkp, float* S) {
-  int j = 0;
-  for (; j + 4 * W <= Lkp; j += 4 * W) tile_abt<RN, 4>(A, BT + j, Dp, Lkp, S + j);
-  switch ((Lkp - j) / W) {
-    case 3: tile_abt<RN, 3>(A, BT + j, Dp, Lkp, S + j); break;
-    case 2: tile_abt<RN, 2>(A, BT + j, Dp, Lkp, S + j); break;
-    case 1: tile_abt<RN, 1>(A, BT + j, Dp, Lkp, S + j); break;
-  }
+  over_column_tiles(Lkp, [&](auto cn, int j) {
+    tile_abt<RN, decltype(cn)::value>(A, BT + j, Dp, Lkp, S + j);
+  });
 }
 
 // S (R x Lkp) = A (R x Dp) @ BT (Dp x Lkp).
@@ -131,13 +142,9 @@ inline void tile_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, flo
 
 template <int RN>
 inline void row_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, float* O) {
-  int c = 0;
-  for (; c + 4 * W <= Dp; c += 4 * W) tile_pv<RN, 4>(P, V + c, Lk, Lkp, Dp, O + c);
-  switch ((Dp - c) / W) {
-    case 3: tile_pv<RN, 3>(P, V + c, Lk, Lkp, Dp, O + c); break;
-    case 2: tile_pv<RN, 2>(P, V + c, Lk, Lkp, Dp, O + c); break;
-    case 1: tile_pv<RN, 1>(P, V + c, Lk, Lkp, Dp, O + c); break;
-  }
+  over_column_tiles(Dp, [&](auto cn, int c) {
+    tile_pv<RN, decltype(cn)::value>(P, V + c, Lk, Lkp, Dp, O + c);
+  });
 }
 
 // O (R x Dp) = P (R x Lk, row stride Lkp) @ V (Lk x Dp).
@@ -167,13 +174,9 @@ inline void tile_ptx(const float* P, int R, const float* X, int Lkp, int Dp, flo
 
 template <int JN>
 inline void row_ptx(const float* P, int R, const float* X, int Lkp, int Dp, float* G) {
-  int c = 0;
-  for (; c + 4 * W <= Dp; c += 4 * W) tile_ptx<JN, 4>(P, R, X + c, Lkp, Dp, G + c);
-  switch ((Dp - c) / W) {
-    case 3: tile_ptx<JN, 3>(P, R, X + c, Lkp, Dp, G + c); break;
-    case 2: tile_ptx<JN, 2>(P, R, X + c, Lkp, Dp, G + c); break;
-    case 1: tile_ptx<JN, 1>(P, R, X + c, Lkp, Dp, G + c); break;
-  }
+  over_column_tiles(Dp, [&](auto cn, int c) {
+    tile_ptx<JN, decltype(cn)::value>(P, R, X + c, Lkp, Dp, G + c);
+  });
 }
 
 // G (Lk x Dp) += P^T (Lk x R; P is R x Lk, row stride Lkp) @ X (R x Dp).

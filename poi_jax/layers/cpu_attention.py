@@ -3,10 +3,11 @@ first use.
 
 XLA's CPU backend computes attention as whole-array passes over the ``(B, N, Lq, Lk)`` scores,
 which go to memory and back between the matmuls and the softmax; PyTorch's CPU kernel works on a
-block of queries at a time with its scores in cache, and is 2-3x faster (docs/cpu_profile.md).
+block of queries at a time with its scores in cache, and is about twice as fast as the best XLA-op path (docs/cpu_profile.md).
 `cpu_attention.cc` does the same as an XLA FFI call (forward and backward, float32, additive key
 bias, no dropout), running on XLA's intra-op thread pool: one BERT-base layer's attention
-forward + backward at 8 x 384 goes from ~180 ms (``explicit_vjp``) to ~80 ms on 2 cores.
+forward + backward at 8 x 384 goes from 102 ms (``explicit_vjp``) to 67 ms on 2 cores (PyTorch:
+53-73; `python bench/cpu_pieces.py --pieces=attention --shape=bert-base --seq=384`).
 
 **Build.** The C++ source ships with the package and is compiled on first use with the system's
 C++ compiler (``$CXX``, else ``c++``/``g++`` on PATH; ``-O3 -march=native``: it is built for the
@@ -193,6 +194,14 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None) 
   """
   if not _load():
     raise RuntimeError(f"model.attention=cpu_kernel: {_state['reason']}")
+  # The kernel indexes its buffers by these shapes and checks nothing itself.
+  if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2:]) != (
+      k.shape[0], k.shape[2:]):
+    raise ValueError(f"cpu_attention.attention: q (B, Lq, N, Dh) and k, v (B, Lk, N, Dh) must "
+                     f"agree; got q {q.shape}, k {k.shape}, v {v.shape}")
+  if bias is not None and bias.shape != (k.shape[0], k.shape[1]):
+    raise ValueError(f"cpu_attention.attention: bias must be (B, Lk) = "
+                     f"{(k.shape[0], k.shape[1])}, got {bias.shape}")
   if bias is None:
     bias = jnp.zeros((k.shape[0], k.shape[1]), jnp.float32)
   f32 = lambda x: x.astype(jnp.float32)

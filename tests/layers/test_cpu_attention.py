@@ -120,6 +120,17 @@ def test_no_compiler_is_a_clear_reason(monkeypatch):
                             jnp.zeros((1, 2, 1, 4)), None)
 
 
+@needs_compiler
+def test_mismatched_shapes_are_a_clear_error():
+  """The kernel reads its buffers by the shapes it is given: a mismatch must not reach it."""
+  q = jnp.zeros((2, 5, 3, 8))
+  with pytest.raises(ValueError, match="must agree"):
+    cpu_attention.attention(q, jnp.zeros((2, 6, 3, 4)), jnp.zeros((2, 6, 3, 4)), None)
+  with pytest.raises(ValueError, match="bias must be"):
+    cpu_attention.attention(q, jnp.zeros((2, 6, 3, 8)), jnp.zeros((2, 6, 3, 8)),
+                            jnp.zeros((2, 5)))
+
+
 def test_compiler_lookup_prefers_cxx(monkeypatch):
   gxx = shutil.which("g++") or shutil.which("c++")
   if gxx is None:
