@@ -92,8 +92,29 @@ def read_meta(path: str) -> dict:
   return meta
 
 
+_TMP_PREFIX, _TMP_SUFFIX = ".", ".tmp"  # `_atomic`'s temporaries: hidden, never a shard's name
+
+
+def remove_stale_temporaries(directory: str) -> int:
+  """Deletes the temporaries of `_atomic` writes that a killed process left in ``directory``
+  (SIGKILL runs no cleanup); returns how many. Call it only when no process is writing there
+  (after every process's shards are built)."""
+  removed = 0
+  for name in os.listdir(directory):
+    if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
+      try:
+        os.remove(os.path.join(directory, name))
+        removed += 1
+      except FileNotFoundError:
+        pass
+  if removed:
+    log.warning("removed %d half-written temporary file(s) left in %s by an interrupted run",
+                removed, directory)
+  return removed
+
+
 def _atomic(directory: str, final: str, write: Callable[[str], None]) -> None:
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
   os.close(fd)
   try:
     write(tmp)

@@ -38,7 +38,8 @@ from poi_jax.data.features.base import Features
 from poi_jax.data.shard_files import (MANIFEST, ShardedSplit, ShardError, ShardRows,  # noqa: F401
                                       assemble_manifest, build_shard, check_shard,
                                       decode_rows, encode_rows, read_manifest, read_meta,
-                                      row_layout, shard_name, write_meta, _write_array_record)
+                                      remove_stale_temporaries, row_layout, shard_name,
+                                      write_meta, _write_array_record)
 from poi_jax.data.shard_keys import (FORMAT_VERSION, file_sha256, make_key,  # noqa: F401
                                      source_identity, tokenizer_fingerprint)
 
@@ -195,6 +196,8 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
   num_shards = 1 if per is None else max(-(-n_records // per), 1)
   barrier(f"shards-built-{key[:12]}", process_count)
   if process_index == 0:
+    # Every process is done writing shards: what a killed earlier run left half-written goes.
+    remove_stale_temporaries(directory)
     all_infos = []
     for k in range(num_shards):
       info = infos.get(k) or check_shard(directory, k, key, hash_files=False)

@@ -181,8 +181,11 @@ def test_missing_shard_is_built_alone_and_the_key_follows_options(squad_prepared
   for suffix in (".array_record", ".meta.npz", ".json"):
     (d / f"shard-00002{suffix}").unlink()
   (d / shards.MANIFEST).unlink()
+  stale = d / ".k7q2x9.tmp"  # what a SIGKILL during an atomic write leaves (no cleanup runs)
+  stale.write_bytes(b"half a shard")
   mtimes = {p.name: p.stat().st_mtime_ns for p in d.glob("shard-0000[0134].json")}
   data_lib.prepare_split(task, config, "train", tokenizer, progress=False)
+  assert not stale.exists()
   assert _snapshot(d) == before
   assert {p.name: p.stat().st_mtime_ns for p in d.glob("shard-0000[0134].json")} == mtimes
   # Another feature option, cap or shard size is another directory, never a stale read.
