@@ -28,7 +28,8 @@ wheels() {  # the packages the device image lacks (docs/ablations.md), for its P
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .carry/whl ml_collections==1.1.0 nltk==3.10.4 \
-    tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 defusedxml==0.7.1 "$@"
+    tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 defusedxml==0.7.1 \
+    ijson==3.6.0 "$@"
 }
 
 if [ "$cmd" = carry ]; then
