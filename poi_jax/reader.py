@@ -32,7 +32,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from poi_jax import export_files, reader_load, runtime
+from poi_jax import export_files, reader_load, runtime, tasks
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 
@@ -283,7 +283,7 @@ class Reader:
     where it has the most context on both sides (the windows overlap by ``doc_stride``)."""
     from poi_jax.data.pos import PENN_TAGS, SPECIAL_ID
     offsets = features.meta["offsets"]
-    tags = features.arrays.get("pos_tags") if self.config.model.pos_embedding else None
+    tags = features.arrays.get("pos_tags") if tasks.uses_pos(self.config) else None
     best: dict[tuple[int, int], tuple[int, dict]] = {}
     for f in np.flatnonzero(features.arrays["example_index"] == index):
       ctx = np.flatnonzero(offsets[f, :, 0] >= 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from poi_jax.tasks.base import Evaluator, Task, cap, local_path
+from poi_jax.tasks.base import Evaluator, Task, cap, local_path, uses_pos
 
 # Modules of this package that define no task.
 _NOT_TASKS = frozenset({"base"})
@@ -64,4 +64,4 @@ def abstract_model(config):
 
 
 __all__ = ["Evaluator", "Task", "names", "get_task", "build_model", "abstract_model", "cap",
-           "local_path"]
+           "local_path", "uses_pos"]

@@ -37,7 +37,7 @@ def _read_dream(config, split):
 def feature_options(config) -> dict:
   """Every option of `build_choice_features` that the config sets (also the cache key)."""
   return dict(max_seq_length=config.data.max_seq_length,
-              with_pos=bool(config.model.pos_embedding),
+              with_pos=base.uses_pos(config),
               pos_alignment=config.data.pos_alignment,
               pos_lowercase=config.data.pos_lowercase)
 

@@ -49,7 +49,7 @@ def read(config, split):
 def feature_options(config, is_training: bool) -> dict:
   """Every option of `build_extractive_features` that the config sets (also the cache key)."""
   d = config.data
-  with_pos = bool(config.model.pos_embedding)
+  with_pos = base.uses_pos(config)
   return dict(max_seq_length=d.max_seq_length, doc_stride=d.doc_stride,
               max_query_length=d.max_query_length, is_training=is_training, with_pos=with_pos,
               pos_alignment=d.pos_alignment, pos_lowercase=d.pos_lowercase)

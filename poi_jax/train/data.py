@@ -114,7 +114,7 @@ def prepare(config, workdir: str, *, beam_options: str = "") -> dict[str, shards
   from poi_jax.train import setup  # (setup imports this module)
   task = tasks.get_task(config.task)
   config = setup.with_cache_dir(config, workdir)
-  if config.model.pos_embedding:
+  if tasks.uses_pos(config):
     from poi_jax.data import pos
     pos.ensure_nltk_resources()
   tokenizer = setup.load_tokenizer(config) if task.tokenizer_needed(config) else None

@@ -98,7 +98,7 @@ def _beam_classes(beam):
       from poi_jax import tasks
       from poi_jax.train import setup
       task = tasks.get_task(self.config.task)
-      if self.config.model.pos_embedding:
+      if tasks.uses_pos(self.config):
         from poi_jax.data import pos
         pos.ensure_nltk_resources()
       self.tokenizer = (setup.load_tokenizer(self.config) if task.tokenizer_needed(self.config)

@@ -154,7 +154,7 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   config = with_cache_dir(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   check_batch_sizes(config, mesh)
-  if config.model.pos_embedding:
+  if tasks.uses_pos(config):
     from poi_jax.data import pos
     pos.ensure_nltk_resources()  # fail now, not after minutes of tokenising
   tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
