@@ -220,13 +220,14 @@ def _peak(kind):
 
 
 def _child(argv, env=None):
-  """``(seconds, memory GB)`` of the JAX step in a fresh process (its own runtime settings)."""
+  """``(seconds, compiled memory GB, allocator peak GB or None)`` of the JAX step in a fresh
+  process (its own runtime settings)."""
   out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
                        env=env, capture_output=True, text=True, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
   result = json.loads(out.stdout.strip().splitlines()[-1])
-  return result["seconds"], result["memory_gb"]
+  return result["seconds"], result["memory_gb"], result.get("peak_gb")
 
 
 def _subprocess_time(args, devices):
@@ -282,7 +283,12 @@ def main():
     runtime.configure(_runtime_args(args))
     batch = make_batch(args.batch, args.seq)
     seconds, mem = jax_step(args, dtypes[0], batch)
-    print(json.dumps({"seconds": seconds, "memory_gb": mem}))
+    # The allocator's peak is this process's (the parent's JAX runs nothing): GPU/TPU only.
+    import jax
+    stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
+    peak = stats.get("peak_bytes_in_use")
+    print(json.dumps({"seconds": seconds, "memory_gb": mem,
+                      "peak_gb": None if peak is None else peak / 2**30}))
     return
   import jax
   dev = jax.devices()[0]
@@ -304,7 +310,7 @@ def main():
   torch_dev = device_of(platform)
   peak = _peak(kind) if platform != "cpu" else None
   flops = train_flops(args.shape, args.batch, args.seq)
-  rows = []
+  rows, peaks = [], []
   for dtype in dtypes:
     t_torch = mem_torch = None
     if not args.no_torch:
@@ -314,11 +320,13 @@ def main():
     short = 'bf16' if dtype == 'bfloat16' else 'f32'
     argv = [a for a in sys.argv[1:] if not a.startswith(("--dtype", "--compare_runtime"))]
     if args.compare_runtime and platform == "cpu":
-      t_jax, mem_jax = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
-                               "--xla_cpu_flags="])
+      t_jax, mem_jax, _ = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
+                                  "--xla_cpu_flags="])
       rows.append((f"jax jit {short}, glibc malloc, no flags", t_jax, mem_jax, t_torch))
-    t_jax, mem_jax = _child([*argv, f"--dtype={dtype}"])
+    t_jax, mem_jax, peak_jax = _child([*argv, f"--dtype={dtype}"])
     rows.append((f"jax jit {short}", t_jax, mem_jax, t_torch))
+    if peak_jax is not None:
+      peaks.append(f"{short} {peak_jax:.2f} GB")
   if args.devices and platform == "cpu":
     for n in (1, 8):
       t = _subprocess_time(args, n)
@@ -332,9 +340,8 @@ def main():
     speed = f"{ref / t:.2f}" if ref else "n/a"
     print(f"{name:<32} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {mfu:>6} {_fmt(mem, '.2f'):>7} "
           f"{speed:>15}")
-  stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
-  if stats and "peak_bytes_in_use" in stats:
-    print(f"jax peak device memory over the run: {stats['peak_bytes_in_use'] / 2**30:.2f} GB")
+  if peaks:  # read in each JAX child: the parent process allocates nothing on the device
+    print(f"jax allocator peak device memory (each step's own process): {', '.join(peaks)}")
   if peak:
     print(f"MFU: {flops / 1e12:.2f} TFLOP per step (matmuls) / time / {peak} TFLOP/s ({kind})")
 
