@@ -1,0 +1,164 @@
+r"""The papers' claims as paired comparisons, with their per-seed scores kept in the repository.
+
+  python bench/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
+      --device="NVIDIA H100 80GB HBM3" --date=2026-11-25 --software="jax 0.11.2, flax 0.12.10" \
+      --command="bash bench/ablations.sh run squad2"     # after a run: its rows into the file
+  python bench/claims.py table                          # the claims table of docs/results.md
+
+``docs/claims.json`` holds two things:
+
+* ``claims``: each claim as two cells of one measurement (the component and its ablation; an
+  ``ablation_measurement`` when the baseline runs another config), the metric that decides it
+  and the paper's own numbers. Written by hand: the protocol is fixed before the runs.
+* ``measurements``: per measurement (a `bench/ablations.sh` name), its command, device, software
+  and date, and per cell the score of every seed and metric. ``merge`` adds a run's seeds from
+  `bench/ablation.py`'s ``ablation.json``; seeds already there are replaced only if the command is
+  the same (a run with other settings is another measurement, never a silent mix), so an
+  interrupted sweep, a later run with more seeds or a GPU run adds to the same rows.
+
+Statistics (``table``): per cell mean ± sample standard deviation over its seeds; per claim the
+paired difference (component minus ablation) over the seeds both cells ran (cells of one
+measurement share seeds: same data order and initialisation of what they share), with a 95%
+interval from the t distribution with n - 1 degrees of freedom (a paired t over seeds: the saved
+scores are per seed, not per question). Verdict: *consistent with the paper* when the interval is
+above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CLAIMS = ROOT / "docs" / "claims.json"
+LEVEL = 0.95
+
+
+def paired_interval(component: dict, ablation: dict, level: float = LEVEL):
+  """``(mean difference, lo, hi, n)`` of component minus ablation over the seeds in both (dicts
+  seed -> score); lo/hi are None with fewer than 2 shared seeds (no spread to measure)."""
+  from scipy import stats
+  seeds = sorted(set(component) & set(ablation), key=int)
+  diffs = [component[s] - ablation[s] for s in seeds]
+  if not diffs:
+    return None, None, None, 0
+  mean = statistics.fmean(diffs)
+  if len(diffs) < 2:
+    return mean, None, None, len(diffs)
+  half = stats.t.ppf(0.5 + level / 2, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(
+      len(diffs))
+  return mean, mean - half, mean + half, len(diffs)
+
+
+def verdict(lo, hi) -> str:
+  if lo is None:
+    return "not resolved (fewer than 2 paired seeds)"
+  if lo > 0:
+    return "consistent with the paper"
+  if hi < 0:
+    return "opposite"
+  return "not resolved at this scale"
+
+
+def _load(path: pathlib.Path) -> dict:
+  return json.loads(path.read_text()) if path.exists() else {"claims": [], "measurements": {}}
+
+
+def _write_atomic(path: pathlib.Path, data: dict) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+  with os.fdopen(fd, "w") as f:
+    json.dump(data, f, indent=1, sort_keys=True)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def merge(data: dict, measurement: str, ablation: dict, *, command: str, device: str, date: str,
+          software: str) -> dict:
+  """``data`` with the seeds of ``ablation`` (an ``ablation.json``) added to ``measurement``."""
+  m = data["measurements"].setdefault(measurement, {"cells": {}})
+  settings = {"config": ablation["config"], "extra": ablation["extra"]}
+  if m.get("settings", settings) != settings:
+    raise ValueError(f"measurement {measurement!r} was run with {m['settings']}, this ablation.json "
+                     f"with {settings}: another setting is another measurement (--measurement)")
+  m.update(settings=settings, command=command, device=device, date=date, software=software)
+  for row in ablation["cells"]:
+    cell = m["cells"].setdefault(row["cell"], {"overrides": row["overrides"], "seeds": {}})
+    for run in row["seeds"]:  # finished runs only: {"seed", "step", "wall_s", <metrics>}
+      cell["seeds"][str(run["seed"])] = {k: v for k, v in run.items() if k != "seed"}
+  return data
+
+
+def _scores(data: dict, measurement: str, cell: str, metric: str) -> dict:
+  seeds = data["measurements"].get(measurement, {}).get("cells", {}).get(cell, {}).get("seeds", {})
+  return {s: v[metric] for s, v in seeds.items() if v.get(metric) is not None}
+
+
+def _mean_std(values) -> str:
+  values = list(values)
+  if not values:
+    return "not measured"
+  std = statistics.stdev(values) if len(values) > 1 else float("nan")
+  return f"{statistics.fmean(values):.2f} ± {std:.2f} (n={len(values)})"
+
+
+def table(data: dict) -> str:
+  """The claims table (markdown): one row per claim that has a measurement."""
+  lines = ["| claim | paper's numbers | measured here (setting, metric) | component | ablation | "
+           f"paired difference, {LEVEL:.0%} interval | verdict | run |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  for c in data["claims"]:
+    m = data["measurements"].get(c["measurement"])
+    comp = _scores(data, c["measurement"], c["component"], c["metric"])
+    # A baseline run by another config (QOPN's window: squad1.py, not newsqa.py) is its own
+    # measurement; its seeds pair with the component's by number.
+    abl = _scores(data, c.get("ablation_measurement", c["measurement"]), c["ablation"],
+                  c["metric"])
+    if not m or not comp or not abl:
+      lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} | not measured yet | | | | |")
+      continue
+    mean, lo, hi, n = paired_interval(comp, abl)
+    interval = (f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={n})" if lo is not None
+                else f"{mean:+.2f} (n={n})")
+    lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | "
+                 f"{c['component_label']}: {_mean_std(comp.values())} | "
+                 f"{c['ablation_label']}: {_mean_std(abl.values())} | {interval} | "
+                 f"{verdict(lo, hi)} | `{m['command']}`, {m['device']}, {m['date']} |")
+  return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("action", choices=["merge", "table"])
+  p.add_argument("--claims", default=str(CLAIMS))
+  p.add_argument("--measurement", help="merge: the bench/ablations.sh name, e.g. squad2")
+  p.add_argument("--ablation", help="merge: bench/ablation.py's ablation.json")
+  p.add_argument("--command", help="merge: the command that ran it")
+  p.add_argument("--device", help="merge: e.g. 'NVIDIA H100 80GB HBM3' or '2-core CPU'")
+  p.add_argument("--date", help="merge: YYYY-MM-DD")
+  p.add_argument("--software", default="", help="merge: e.g. 'jax 0.11.2, flax 0.12.10'")
+  args = p.parse_args(argv)
+  path = pathlib.Path(args.claims)
+  data = _load(path)
+  if args.action == "table":
+    print(table(data))
+    return 0
+  missing = [k for k in ("measurement", "ablation", "command", "device", "date")
+             if not getattr(args, k)]
+  if missing:
+    p.error("merge needs " + ", ".join(f"--{k}" for k in missing))
+  ablation = json.loads(pathlib.Path(args.ablation).read_text())
+  _write_atomic(path, merge(data, args.measurement, ablation, command=args.command,
+                            device=args.device, date=args.date, software=args.software))
+  print(f"{path}: {args.measurement} now holds "
+        f"{sum(len(c['seeds']) for c in data['measurements'][args.measurement]['cells'].values())}"
+        f" runs")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
