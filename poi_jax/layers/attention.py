@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from poi_jax.layers import common
-from poi_jax.layers import cpu_attention
+from poi_jax.layers import cpu_attention, target
 
 IMPLEMENTATIONS = ("auto", "xla", "explicit", "explicit_vjp", "cpu_kernel", "cudnn")
 
@@ -146,39 +146,41 @@ def _explicit_vjp(q, k, v, mask, rate, key, deterministic):
   return _softmax_pv(q, k, v, bias, keep, float(rate))
 
 
-def _cpu_kernel_usable(dtype) -> bool:
+def _cpu_kernel_usable(dtype, devices: int) -> bool:
   """``auto``'s test for the native CPU kernel: float32, one device (XLA would gather a sharded
   run's operands onto every device for an FFI call), and built."""
-  return (jnp.dtype(dtype) == jnp.float32 and jax.device_count() == 1
-          and cpu_attention.available())
+  return jnp.dtype(dtype) == jnp.float32 and devices == 1 and cpu_attention.available()
 
 
 def choose(implementation: str, dtype, dropout_active: bool) -> str:
   """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA), ``explicit`` (with dropout),
-  ``explicit_vjp`` or ``cpu_kernel``."""
+  ``explicit_vjp`` or ``cpu_kernel``; for the devices being traced for (`target`: the mesh's,
+  else the default backend's)."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  on_gpu = jax.default_backend() == "gpu"
+  platform, devices = target.platform_and_devices()
+  on_gpu = platform == "gpu"
   if implementation == "cudnn":
     if dropout_active:
       raise ValueError("model.attention=cudnn has no attention dropout: set "
                        "model.attention_dropout=0 (or model.attention=auto to use the XLA path "
                        "when dropout is on)")
     if not on_gpu:
-      raise ValueError(f"model.attention=cudnn needs a GPU; the backend is "
-                       f"{jax.default_backend()!r} (use auto or xla)")
+      raise ValueError(f"model.attention=cudnn needs a GPU; the devices are {platform!r} "
+                       f"(use auto or xla)")
     return "cudnn"
   if implementation == "cpu_kernel":
-    if jax.default_backend() != "cpu":
-      raise ValueError(f"model.attention=cpu_kernel runs on a CPU; the backend is "
-                       f"{jax.default_backend()!r} (use auto)")
+    if platform != "cpu":
+      raise ValueError(f"model.attention=cpu_kernel runs on a CPU; the devices are {platform!r} "
+                       f"(use auto)")
     if not cpu_attention.available():
       raise ValueError(f"model.attention=cpu_kernel: {cpu_attention.unavailable_reason()}")
     return "explicit_vjp" if dropout_active else "cpu_kernel"
   if implementation == "explicit_vjp":
     return "explicit_vjp"
-  if implementation == "auto" and jax.default_backend() == "cpu":
-    return "cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype) else "explicit_vjp"
+  if implementation == "auto" and platform == "cpu":
+    return ("cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype, devices)
+            else "explicit_vjp")
   if dropout_active or implementation == "explicit":
     return "explicit"
   if implementation == "auto" and on_gpu and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):

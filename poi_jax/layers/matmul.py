@@ -24,6 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from poi_jax.layers import target
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _linear(x: jax.Array, w: jax.Array, precision) -> jax.Array:
@@ -57,7 +59,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
                 out_sharding=None):
   """`jax.lax.dot_general`'s signature (what `nnx.Linear` calls); the CPU-friendly backward for
   a Linear's matmul on the CPU backend (module docstring)."""
-  if (jax.default_backend() == "cpu" and out_sharding is None and preferred_element_type is None
+  if (target.platform_and_devices()[0] == "cpu" and out_sharding is None
+      and preferred_element_type is None
       and _is_linear(lhs, rhs, dimension_numbers)):
     return _linear(lhs, rhs, precision)
   kwargs = {} if out_sharding is None else {"out_sharding": out_sharding}

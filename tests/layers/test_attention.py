@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poi_jax.layers import attention
+from poi_jax.layers import attention, matmul, target
 
 
 def _qkv(b=3, l=7, heads=4, dh=8, seed=0):
@@ -111,6 +111,44 @@ def test_auto_keeps_xla_ops_without_the_kernel_or_on_several_devices(monkeypatch
   monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
   monkeypatch.setattr(jax, "device_count", lambda: 8)  # XLA would gather a sharded FFI call
   assert attention.choose("auto", jnp.float32, False) == "explicit_vjp"
+
+
+def _abstract_mesh(platform: str, devices: int):
+  from jax._src.mesh import AbstractDevice  # public AbstractMesh takes it; no public constructor
+  return jax.sharding.AbstractMesh((devices,), ("data",), abstract_device=AbstractDevice(
+      device_kind=f"{platform} test device", num_cores=None, platform=platform))
+
+
+@pytest.mark.parametrize("platform,devices,dtype,want", [
+    ("tpu", 4, jnp.float32, "xla"),       # compiled for a TPU from this CPU process: no FFI call
+    ("tpu", 1, jnp.float32, "xla"),
+    ("gpu", 1, jnp.bfloat16, "cudnn"),
+    ("cpu", 8, jnp.float32, "explicit_vjp"),  # a sharded CPU mesh: no gathered FFI call
+])
+def test_auto_follows_the_mesh_being_compiled_for(monkeypatch, platform, devices, dtype, want):
+  # The process is a 1-device CPU with the kernel built: what `auto` picked before issue 39,
+  # whatever the mesh (a TPU compile then failed: "Custom emitter ... not found").
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  monkeypatch.setattr(jax, "device_count", lambda: 1)
+  monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
+  assert attention.choose("auto", jnp.float32, False) == "cpu_kernel"
+  with jax.sharding.use_abstract_mesh(_abstract_mesh(platform, devices)):
+    assert target.platform_and_devices() == (platform, devices)
+    assert attention.choose("auto", dtype, False) == want
+    if platform != "cpu":
+      with pytest.raises(ValueError, match=f"cpu_kernel runs on a CPU; the devices are "
+                                           f"'{platform}'"):
+        attention.choose("cpu_kernel", jnp.float32, False)
+
+
+def test_cpu_matmul_backward_only_for_cpu_meshes():
+  x, w = jnp.ones((2, 3, 4)), jnp.ones((4, 5))
+  dims = (((2,), (0,)), ((), ()))
+  # The custom-VJP Linear (matmul._linear) on a CPU; plain dot_general for a TPU mesh's trace.
+  assert "custom_vjp_call" in str(jax.make_jaxpr(lambda a, b: matmul.dot_general(a, b, dims))(x, w))
+  with jax.sharding.use_abstract_mesh(_abstract_mesh("tpu", 4)):
+    jaxpr = str(jax.make_jaxpr(lambda a, b: matmul.dot_general(a, b, dims))(x, w))
+  assert "custom_vjp_call" not in jaxpr and "dot_general" in jaxpr
 
 
 def test_cudnn_limits_are_clear_errors(monkeypatch):
