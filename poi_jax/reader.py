@@ -105,9 +105,31 @@ def _as_list(value, name: str) -> tuple[list, bool]:
   raise TypeError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
 
 
+def text_problem(value, *, allow_empty: bool = False) -> str | None:
+  """What makes ``value`` unusable as a question, passage or option, or None: not a string,
+  empty or blank (unless ``allow_empty``), or not encodable as UTF-8. A lone surrogate such as
+  ``"\\ud800"`` is a valid JSON escape and a valid Python string, but no character: the fast
+  tokenizer refuses it with a bare TypeError. The one rule of the Reader, the predict CLI and the
+  server (`poi_jax.serve_requests`), so each names the field instead of failing later."""
+  if not isinstance(value, str) or (not allow_empty and not value.strip()):
+    # Scalars (and the server's unconverted numbers) shown clipped; containers by type only, as
+    # a megabyte or a deep nesting can sit where the text belongs.
+    plain = isinstance(value, (str, int, float, type(None))) or hasattr(value, "literal")
+    shown = repr(value) if plain else type(value).__name__
+    shown = shown if len(shown) <= 60 else f"{shown[:50]}... ({len(shown):,} characters)"
+    return f"must be a {'' if allow_empty else 'non-empty '}string, got {shown}"
+  try:
+    value.encode("utf-8")
+  except UnicodeEncodeError as e:
+    return (f"holds a lone surrogate (U+{ord(value[e.start]):04X} at character {e.start}): "
+            f"not a character, not encodable as UTF-8")
+  return None
+
+
 def _check_text(value, field: str, i: int) -> None:
-  if not isinstance(value, str) or not value.strip():
-    raise ValueError(f"item {i}: field {field!r} must be a non-empty string, got {value!r}")
+  problem = text_problem(value)
+  if problem:
+    raise ValueError(f"item {i}: field {field!r} {problem}")
 
 
 class Reader:
@@ -319,9 +341,10 @@ class Reader:
       _check_text(q, "question", i)
       if not isinstance(opts, (list, tuple)) or len(opts) < 2:
         raise ValueError(f"item {i}: field 'options' must be a list of at least 2 strings")
-      for o in opts:
-        if not isinstance(o, str):
-          raise ValueError(f"item {i}: field 'options' holds {o!r}, not a string")
+      for k, o in enumerate(opts):
+        problem = text_problem(o, allow_empty=True)
+        if problem:
+          raise ValueError(f"item {i}: field 'options': option {k} {problem}")
       records.append(ChoiceExample(str(i), p, q, list(opts), 0, "<Reader.choose>"))
     out = self.choose_records(records)
     return out[0] if single else out

@@ -33,10 +33,18 @@ the model's temporaries between calls: with glibc's defaults a large batch's tem
 fresh ``mmap``s that every call first-touches (`poi_jax.runtime`); the price is the peak heap
 kept (docs/results.md).
 
-Bad input: a 4xx JSON ``{"error", "field", "item"}`` naming the field (400 not JSON or not an
-object, 413 a body over ``--max_body_bytes``, 422 a missing, non-string or empty field, or a
-passage longer than ``--max_windows`` windows); the server keeps serving. SIGTERM (or Ctrl-C):
-the server stops accepting connections, answers the requests in flight, and exits 0.
+Bad input: a 4xx JSON ``{"error", "field", "item"}`` naming the field and, in a list request,
+the item (400 not UTF-8 or not JSON; 413 a body over ``--max_body_bytes`` or a list of more
+questions than ``--max_queue`` can ever hold; 422 arrays/objects nested deeper than
+``serve_requests.MAX_DEPTH``, a missing, ill-typed or empty field, a number the field cannot use
+(an integer of more than ``serve_requests.MAX_NUMBER_CHARS`` digits, ``1e400``, ``NaN``), a text
+with a lone surrogate, more than ``serve_requests.MAX_OPTIONS`` options, or a passage longer than
+``--max_windows`` windows), all checked before the request is queued; fields the server does not
+read are ignored. 503 (with ``Retry-After``) only when the queue is full for now. No client input
+gives a 5xx: a 500 is a fault of the server, for the one question it hit. An exception inside a
+batch falls back to answering the batch's questions one by one (`poi_jax.serve_batching`), so a
+question never fails because of another. SIGTERM (or Ctrl-C): the server stops accepting
+connections, answers the requests in flight, and exits 0.
 """
 
 import asyncio
@@ -49,9 +57,9 @@ from importlib import resources
 from absl import app, flags, logging
 
 # Re-exported: the request parsing and the batching worker are modules of their own.
-from poi_jax.serve_batching import Batcher, Job, QueueFull, warm_up  # noqa: F401
-from poi_jax.serve_requests import (DEFAULT_TOP_K, InputError, _items,  # noqa: F401
-                                    parse_answer, parse_choose)
+from poi_jax.serve_batching import Batcher, Job, QueueFull, ServerFault, warm_up  # noqa: F401
+from poi_jax.serve_requests import (DEFAULT_TOP_K, InputError, JSONProblem,  # noqa: F401
+                                    _items, body_error, loads, parse_answer, parse_choose)
 
 STATIC = "static"  # package data: poi_jax/static/{index.html,demo.js,demo.css}
 
@@ -82,7 +90,7 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
   import contextlib
 
   from fastapi import FastAPI, Request
-  from fastapi.responses import FileResponse, JSONResponse
+  from fastapi.responses import FileResponse, JSONResponse, Response
   from fastapi.staticfiles import StaticFiles
 
   batcher = Batcher(reader, max_batch=max_batch, max_wait_s=max_wait_ms / 1000.0,
@@ -102,13 +110,22 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
   api.state.batcher = batcher
   static = resources.files("poi_jax") / STATIC
 
-  def error(e: InputError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+  @api.exception_handler(Exception)
+  async def fault(request: Request, e: Exception):
+    """A fault of the server's own code: a JSON 500 as every other error (Starlette logs it)."""
+    return _json_error({"error": f"internal error ({type(e).__name__}; logged on the server)",
+                        "field": None, "item": None}, 500)
+
+  def error(e: InputError) -> Response:
+    return _json_error(e.body(), e.status)
 
   async def read_json(request: Request):
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-      raise InputError(413, "<body>", f"{declared} bytes, more than --max_body_bytes="
+    # A declared length of 5,000 digits is over any limit: compared by its length first, as
+    # converting it would itself be refused (Python's int digits limit).
+    if declared is not None and declared.isascii() and declared.isdigit() and (
+        len(declared) > 18 or int(declared) > max_body_bytes):
+      raise InputError(413, "<body>", f"{_clip(declared, 24)} bytes, more than --max_body_bytes="
                                       f"{max_body_bytes}")
     body = bytearray()
     async for chunk in request.stream():
@@ -116,33 +133,47 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
       if len(body) > max_body_bytes:
         raise InputError(413, "<body>", f"more than --max_body_bytes={max_body_bytes} bytes")
     try:
-      return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise InputError(400, "<body>", f"not JSON ({e})") from None
+      return loads(body)
+    except JSONProblem as e:
+      raise body_error(e) from None
 
   async def serve(request: Request, kind: str, parse):
     try:
       if (kind == "answer") != reader.is_extractive:
         other = "/v1/answer" if reader.is_extractive else "/v1/choose"
         raise InputError(404, "<endpoint>", f"this is a {reader.config.task} model: use {other}")
-      objs, single = _items(await read_json(request))
+      # Everything about the request is checked before anything is queued: its body, its size
+      # against the queue (a list that can never fit is a 413, not a 503 to retry), each item.
+      objs, single = _items(await read_json(request), max_items=max_queue)
       loop = asyncio.get_running_loop()
       jobs = []
       for i, o in enumerate(objs):
-        record, (explain, delta, top_k) = parse(o, None if single else i)
-        jobs.append(Job(kind, record, explain, delta, top_k, loop.create_future(), loop))
+        item = None if single else i
+        record, (explain, delta, top_k) = parse(o, item)
+        job = Job(kind, record, explain, delta, top_k, loop.create_future(), loop)
+        batcher.check(job, item)
+        jobs.append(job)
       try:
         batcher.submit(jobs)
       except QueueFull as e:
-        return JSONResponse({"error": f"server busy: {e}; retry later", "field": None,
-                             "item": None}, status_code=503, headers={"Retry-After": "1"})
-      results = []
-      for i, j in enumerate(jobs):
-        try:
-          results.append(await j.future)
-        except InputError as e:  # raised by the worker: name the item of a list request
-          raise (e if single else InputError(e.status, e.field, e.problem, i)) from None
-      return JSONResponse(results[0] if single else results)
+        return _json_error({"error": f"server busy: {e}; retry later", "field": None,
+                            "item": None}, 503, headers={"Retry-After": "1"})
+      # Every item's outcome (a failed item does not leave the others' errors unread); the
+      # request fails on its first bad item (4xx), else on its first server fault (500).
+      outcomes = await asyncio.gather(*(j.future for j in jobs), return_exceptions=True)
+      failed = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)]
+      bad = [(i, o) for i, o in failed if isinstance(o, InputError)]
+      if bad:
+        i, e = bad[0]  # raised by the worker: name the item of a list request
+        raise (e if single else InputError(e.status, e.field, e.problem, i))
+      if failed:
+        i, e = failed[0]
+        if not isinstance(e, ServerFault):
+          logging.error("answering a question failed", exc_info=e)
+        return _json_error({"error": str(e) if isinstance(e, ServerFault) else
+                            f"internal error ({type(e).__name__}; logged on the server)",
+                            "field": None, "item": None if single else i}, 500)
+      return JSONResponse(outcomes[0] if single else outcomes)
     except InputError as e:
       return error(e)
 
@@ -179,6 +210,20 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
 
   api.mount("/static", StaticFiles(directory=str(static)), name="static")
   return api
+
+
+def _json_error(content: dict, status: int, headers: dict | None = None):
+  """An error answer as ASCII JSON: it may quote a client's key or value, and escaped it is
+  valid JSON whatever the client sent (Starlette's JSONResponse writes UTF-8, which a lone
+  surrogate cannot be)."""
+  from fastapi.responses import Response
+  return Response(json.dumps(content, ensure_ascii=True, allow_nan=False), status_code=status,
+                  media_type="application/json", headers=headers)
+
+
+def _clip(text: str, limit: int) -> str:
+  """``text`` cut to ``limit`` characters for a message, saying how long it was."""
+  return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _cache_stats(cache) -> dict | None:

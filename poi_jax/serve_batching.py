@@ -1,7 +1,13 @@
 """The micro-batching worker of `poi_jax.serve`: a bounded queue of questions and the pipeline of
 threads that answers them in batches with the Reader (up to ``max_batch`` items, waiting at most
 ``max_wait_s``: whichever comes first; featurising, model call and decoding of consecutive
-batches overlap), and the warm-up that compiles every batch shape."""
+batches overlap), and the warm-up that compiles every batch shape.
+
+Isolation (issue 35): an exception inside a batch, in any stage, never settles the batch's other
+questions. The stage answers the batch's questions one by one instead (the features and model
+outputs cut per question, so nothing is recomputed on another thread); a question that fails
+alone gets its own error: a 422 where the Reader refuses its input (``ValueError``), else a
+`ServerFault` (500, logged), and every other question is answered."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +24,15 @@ from poi_jax.serve_requests import InputError
 
 class QueueFull(RuntimeError):
   """The queue holds ``--max_queue`` questions: answer 503."""
+
+
+class ServerFault(RuntimeError):
+  """A question that failed alone on something other than its input (a bug, a resource): the
+  server's fault, answered 500. The traceback is in the server's log, not in the answer."""
+
+  def __init__(self, stage: str, error: BaseException):
+    super().__init__(f"internal error while {stage} this question ({type(error).__name__}; "
+                     f"logged on the server)")
 
 
 @dataclasses.dataclass
@@ -151,100 +166,204 @@ class Batcher:
       for (kind, explain, delta), group in groups.items():
         t, c = time.perf_counter(), time.thread_time()
         try:
-          batch = self._featurized(_Batch(kind, group, [j.record for j in group], explain,
-                                          delta))
-        except BaseException as e:  # never leave a client waiting
+          batches = self._featurized(_Batch(kind, group, [j.record for j in group], explain,
+                                            delta))
+        except BaseException as e:  # a fault of this module itself: never leave a client waiting
           logging.exception("featurising a batch failed")
           for j in group:
-            j.settle(e)
+            j.settle(ServerFault("featurising", e))
           continue
         finally:
           self.busy["featurize"] += time.perf_counter() - t
           self.host_cpu["featurize"] += time.thread_time() - c
-        if batch is not None:
+        for batch in batches:
           self._ready.put(batch)
     self._ready.put(None)
 
-  def _refuse(self, job: Job, windows: int | None) -> None:
+  def _too_long(self, windows: int | None, item: int | None = None) -> InputError:
+    """The 422 of a passage over ``max_windows`` windows (``windows``: None when counted by
+    words, before tokenising)."""
     told = f"{windows} windows" if windows else "too many windows"
-    job.settle(InputError(422, "context", f"{told} of {self.reader.config.data.max_seq_length} "
-                          f"tokens, more than --max_windows={self.max_windows}"))
+    return InputError(422, "context", f"{told} of {self.reader.config.data.max_seq_length} "
+                      f"tokens, more than --max_windows={self.max_windows}", item)
 
-  def _featurized(self, batch: _Batch) -> _Batch | None:
-    """``batch`` with its features (None when every job was refused), numbered records."""
-    if batch.kind != "answer":
-      return batch
-    if self.max_windows:  # every word is at least one token: refused before any tokenising
+  def check(self, job: Job, item: int | None = None) -> None:
+    """Refuses, before queueing, a passage that cannot fit ``max_windows`` windows whatever its
+    tokens: every word is at least one token (the exact count needs the tokenizer, after
+    queueing)."""
+    if job.kind == "answer" and self.max_windows:
       room = self.max_windows * self.reader.config.data.max_seq_length
-      for j in [j for j in batch.jobs if len(j.record.context.split()) > room]:
-        self._refuse(j, None)
-        batch.jobs.remove(j)
-    while batch.jobs:
+      if len(job.record.context.split()) > room:
+        raise self._too_long(None, item)
+
+  def _featurized(self, batch: _Batch) -> list[_Batch]:
+    """``batch`` with its features, less its passages over ``max_windows`` windows (refused);
+    when featurising it fails, one batch per question featurised alone (each failure settled
+    alone). Records are numbered 0..n-1 in the batch."""
+    if batch.kind != "answer":
+      return [batch]
+    batch.records = [dataclasses.replace(j.record, qid=str(i)) for i, j in enumerate(batch.jobs)]
+    try:
+      features = self.reader.featurize(batch.records)
+    except Exception as e:
+      if len(batch.jobs) == 1:
+        batch.jobs[0].settle(_error(e, "featurising"))
+        return []
+      logging.warning("featurising a batch of %d questions failed (%s: %s); featurising them one "
+                      "by one", len(batch.jobs), type(e).__name__, e)
+      return [b for j in batch.jobs
+              for b in self._featurized(_Batch(batch.kind, [j], [j.record], batch.explain,
+                                               batch.null_threshold))]
+    counts = np.bincount(features.arrays["example_index"], minlength=len(batch.jobs))
+    keep = []
+    for i, (j, n) in enumerate(zip(batch.jobs, counts)):
+      if self.max_windows and n > self.max_windows:
+        j.settle(self._too_long(int(n)))
+      else:
+        keep.append(i)
+    if not keep:
+      return []
+    if len(keep) < len(batch.jobs):  # cut the refused passages' windows out, nothing recomputed
+      features = _take(features, keep)
+      batch.jobs = [batch.jobs[i] for i in keep]
       batch.records = [dataclasses.replace(j.record, qid=str(i))
                        for i, j in enumerate(batch.jobs)]
-      try:
-        features = self.reader.featurize(batch.records)
-      except ValueError:  # a record the featurizer refuses: answer the others without it
-        return self._featurized(self._without_refused(batch))
-      counts = np.bincount(features.arrays["example_index"], minlength=len(batch.jobs))
-      over = [(j, int(n)) for j, n in zip(batch.jobs, counts)
-              if self.max_windows and n > self.max_windows]
-      for j, n in over:
-        self._refuse(j, n)
-      if not over:
-        batch.features = features
-        return batch
-      refused = {id(j) for j, _ in over}
-      batch.jobs = [j for j in batch.jobs if id(j) not in refused]
-    return None
-
-  def _without_refused(self, batch: _Batch) -> _Batch:
-    kept = []
-    for j in batch.jobs:
-      try:
-        self.reader.featurize([dataclasses.replace(j.record, qid="0")])
-        kept.append(j)
-      except ValueError as e:
-        j.settle(InputError(422, "<item>", str(e)))
-    batch.jobs = kept
-    return batch
+    batch.features = features
+    return [batch]
 
   # -- stages 2 and 3 ----------------------------------------------------------------------------
   def _model_stage(self) -> None:
     while (batch := self._ready.get()) is not None:
       t = time.perf_counter()
       try:
-        if batch.kind == "answer":
-          batch.outputs = self.reader.predict(batch.features, explain=batch.explain)
-        else:
-          records = [dataclasses.replace(j.record, qid=str(i)) for i, j in enumerate(batch.jobs)]
-          batch.outputs = self.reader.choose_records(records)
-      except BaseException as e:  # never leave a client waiting
+        done = self._modelled(batch)
+      except BaseException as e:  # a fault of this module itself: never leave a client waiting
         logging.exception("model call failed")
-        batch.outputs = e
+        for j in batch.jobs:
+          j.settle(ServerFault("running the model on", e))
+        done = []
       self.busy["model"] += time.perf_counter() - t
-      self._done.put(batch)
+      for b in done:
+        self._done.put(b)
     self._done.put(None)
+
+  def _run_model(self, batch: _Batch) -> None:
+    """Sets ``batch.outputs``: the jitted model on its features, or for multiple choice the
+    Reader's whole call (its `Choice` list)."""
+    if batch.kind == "answer":
+      batch.outputs = self.reader.predict(batch.features, explain=batch.explain)
+    else:  # multiple choice: the whole Reader call (its tokenizer is used from this thread only)
+      batch.records = [dataclasses.replace(j.record, qid=str(i))
+                       for i, j in enumerate(batch.jobs)]
+      batch.outputs = self.reader.choose_records(batch.records)
+
+  def _modelled(self, batch: _Batch) -> list[_Batch]:
+    """``[batch]`` with the model's outputs; when the call fails, the batch's questions one by
+    one (``_split``), each failure settled alone."""
+    try:
+      self._run_model(batch)
+      return [batch]
+    except Exception as e:
+      if len(batch.jobs) == 1:
+        batch.jobs[0].settle(_error(e, "running the model on"))
+        return []
+      logging.warning("the model call on a batch of %d questions failed (%s: %s); calling it on "
+                      "them one by one", len(batch.jobs), type(e).__name__, e)
+    done = []
+    for one in _split(batch):
+      try:
+        self._run_model(one)
+        done.append(one)
+      except Exception as e:
+        one.jobs[0].settle(_error(e, "running the model on"))
+    return done
 
   def _decode_stage(self) -> None:
     while (batch := self._done.get()) is not None:
       t, c = time.perf_counter(), time.thread_time()
-      results = batch.outputs
-      if isinstance(results, BaseException):  # the model call failed (logged)
-        results = [results] * len(batch.jobs)
-      elif batch.kind == "answer":
-        try:
-          results = self.reader.decode(batch.records, batch.features, batch.outputs,
-                                       null_threshold=batch.null_threshold,
-                                       explain=batch.explain)
-        except BaseException as e:  # never leave a client waiting
-          logging.exception("decoding failed")
-          results = [e] * len(batch.jobs)
-      for j, r in zip(batch.jobs, results):
-        j.settle(r if isinstance(r, BaseException) else _result(r, j.top_k))
+      try:
+        for j, r in self._decoded(batch):
+          j.settle(r)
+      except BaseException as e:  # a fault of this module itself: never leave a client waiting
+        logging.exception("decoding failed")
+        for j in batch.jobs:
+          j.settle(ServerFault("decoding", e))
       self.questions += len(batch.jobs)
       self.busy["decode"] += time.perf_counter() - t
       self.host_cpu["decode"] += time.thread_time() - c
+
+  def _decode(self, batch: _Batch) -> list:
+    """Each job's answer dict (extractive: `Reader.decode` of the batch's outputs)."""
+    if batch.kind != "answer":  # multiple choice: decoded by the model stage's Reader call
+      return [_result(r, j.top_k) for j, r in zip(batch.jobs, batch.outputs)]
+    answers = self.reader.decode(batch.records, batch.features, batch.outputs,
+                                 null_threshold=batch.null_threshold, explain=batch.explain)
+    return [_result(a, j.top_k) for j, a in zip(batch.jobs, answers)]
+
+  def _decoded(self, batch: _Batch) -> list[tuple[Job, object]]:
+    """``(job, its answer or error)`` for every job of ``batch``: decoded together, else (the
+    batch failed) one by one."""
+    try:
+      return list(zip(batch.jobs, self._decode(batch)))
+    except Exception as e:
+      if len(batch.jobs) == 1:
+        return [(batch.jobs[0], _error(e, "decoding"))]
+      logging.warning("decoding a batch of %d questions failed (%s: %s); decoding them one by "
+                      "one", len(batch.jobs), type(e).__name__, e)
+    out = []
+    for one in _split(batch):
+      try:
+        out.append((one.jobs[0], self._decode(one)[0]))
+      except Exception as e:
+        out.append((one.jobs[0], _error(e, "decoding")))
+    return out
+
+
+def _error(e: Exception, stage: str) -> Exception:
+  """What a question that failed alone is answered: a 422 when the Reader refused its input
+  (``ValueError``, e.g. a `DataError` naming the field), else a `ServerFault` (logged)."""
+  if isinstance(e, InputError):
+    return e
+  if isinstance(e, ValueError):
+    field = getattr(e, "field", None) or "<item>"
+    return InputError(422, field, str(e))
+  logging.error("%s a question failed alone", stage, exc_info=e)
+  return ServerFault(stage, e)
+
+
+def _take(features, examples: list[int]):
+  """The `Features` of the given examples only (their windows, in order), renumbered 0..k-1:
+  every array and every per-window array of the metadata is cut by rows."""
+  from poi_jax.data.features.base import Features
+  index = features.arrays["example_index"]
+  rows = np.flatnonzero(np.isin(index, examples))
+  n = len(index)
+  renumber = np.zeros(max(int(index.max(initial=-1)), max(examples)) + 1, index.dtype)
+  renumber[np.asarray(examples)] = np.arange(len(examples), dtype=index.dtype)
+
+  def cut(v):
+    return v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v
+  arrays = {k: cut(v) for k, v in features.arrays.items()}
+  arrays["example_index"] = renumber[index[rows]]
+  return Features(arrays, {k: cut(v) for k, v in features.meta.items()})
+
+
+def _split(batch: _Batch) -> list[_Batch]:
+  """One `_Batch` per job of ``batch``: its record numbered 0, its windows' features and model
+  outputs where the batch has them (so that a stage can go on one question at a time)."""
+  out = []
+  for i, j in enumerate(batch.jobs):
+    one = _Batch(batch.kind, [j], [dataclasses.replace(j.record, qid="0")], batch.explain,
+                 batch.null_threshold)
+    if batch.features is not None:
+      rows = np.flatnonzero(batch.features.arrays["example_index"] == i)
+      one.features = _take(batch.features, [i])
+      if isinstance(batch.outputs, dict):
+        one.outputs = {k: v[rows] for k, v in batch.outputs.items()}
+    elif batch.outputs is not None:  # multiple choice: one Choice per job
+      one.outputs = [batch.outputs[i]]
+    out.append(one)
+  return out
 
 
 def _result(out, top_k: int) -> dict:

@@ -283,6 +283,91 @@ def test_predict_cli_reports_bad_lines_and_answers_the_rest(squad_run, squad_rec
   assert not [p for p in os.listdir(answers.parent) if p.startswith(".tmp-")]
 
 
+# ------------------------------------------------------------------------------------------------
+# Hostile input (issue 35): a bad line costs only itself, whatever it holds
+# ------------------------------------------------------------------------------------------------
+FUZZ_PER_CLASS, SLOW_FUZZ_PER_CLASS = 6, 150
+
+
+def test_a_lone_surrogate_is_refused_naming_the_item_and_field(squad_reader):
+  """Valid JSON and a valid Python string, but the tokenizer's TypeError before issue 35."""
+  with pytest.raises(ValueError, match="item 1: field 'context' holds a lone surrogate"):
+    squad_reader.answer(["Who?", "Who?"], ["Alice met Bob.", "Alice \ud800 met Bob."])
+
+
+def _fuzz_lines(reader, records, tmp_path, per_class: int, seed: int = 0):
+  """Fuzzed lines (tests/hostile_inputs.py), each after a good line, through `predict_file`:
+  each bad line is reported naming the file, its line and the field, every other line is
+  answered, the good ones as when alone. Returns ``(counts per class and outcome, path)``."""
+  import collections
+  import re
+
+  from tests.hostile_inputs import Fuzzer
+  r = records[0]
+  good = {"id": "good", "question": r.question, "context": r.context}
+  cases = Fuzzer(dict(good, id="case"), line=True).cases(seed, per_class)
+  path, answers = tmp_path / "fuzz.jsonl", tmp_path / "answers.jsonl"
+  path.write_bytes(b"".join(json.dumps(good).encode() + b"\n" + c.data + b"\n" for c in cases))
+  err = io.StringIO()
+  answered, skipped = predict_file(reader, str(path), str(answers), err=err)
+  told = {}
+  for t in err.getvalue().splitlines():
+    m = re.match(rf"skipped: {re.escape(str(path))}:(\d+): (?:record .*?, )?field '(.*?)': ", t)
+    assert m, t
+    told[int(m[1])] = m[2]
+  counts = collections.Counter()
+  for k, case in enumerate(cases):
+    line, tag = 2 * k + 2, f"{case.cls} seed {case.seed} ({case.what}), line {2 * k + 2}"
+    if case.field is None:
+      assert line not in told, f"{tag}: skipped ({told.get(line)})"
+      counts[(case.cls, "answered")] += 1
+    else:
+      assert line in told, f"{tag}: answered"
+      assert case.field == "*" or told[line] == case.field, f"{tag}: named {told[line]!r}"
+      counts[(case.cls, "skipped")] += 1
+  assert not told.keys() & set(range(1, 2 * len(cases), 2))  # no good line skipped
+  out = [json.loads(x) for x in answers.read_text().splitlines()]
+  assert (answered, skipped) == (len(out), len(told))
+  alone = reader.answer(r.question, r.context)
+  goods = [o for o in out if o["id"] == "good"]
+  assert len(goods) == len(cases)
+  for o in goods:
+    assert (o["answer"], o["no_answer"]) == (alone.text, alone.no_answer)
+    assert o["score"] == pytest.approx(alone.score, abs=1e-4)
+  return counts, path
+
+
+def test_fuzzed_lines_are_skipped_naming_the_field_and_the_others_answered(squad_reader,
+                                                                            squad_records,
+                                                                            tmp_path):
+  counts, _ = _fuzz_lines(squad_reader, squad_records, tmp_path, FUZZ_PER_CLASS)
+  assert sum(counts.values()) == FUZZ_PER_CLASS * 7
+  # Both outcomes happen: the cases reach the validation and also leave valid lines.
+  assert sum(n for (_, o), n in counts.items() if o == "answered") > 0, counts
+  assert sum(n for (_, o), n in counts.items() if o == "skipped") > FUZZ_PER_CLASS * 4, counts
+
+
+@pytest.mark.slow
+def test_fuzzed_lines_at_scale(squad_run, squad_reader, squad_records, tmp_path):
+  """150 lines per class between 1,050 good lines, in-process, then the same file through the
+  CLI (exit 2, one summary, no traceback); prints the table of docs/results.md."""
+  counts, path = _fuzz_lines(squad_reader, squad_records, tmp_path, SLOW_FUZZ_PER_CLASS,
+                             seed=1000)
+  print("\n| class | lines | answered | skipped, naming file, line and field | other |")
+  print("|---|---:|---:|---:|---:|")
+  for cls in ("depth", "number", "nonfinite", "encoding", "surrogate", "type", "length"):
+    ok, bad = counts[(cls, "answered")], counts[(cls, "skipped")]
+    print(f"| {cls} | {ok + bad} | {ok} | {bad} | 0 |")
+  r = subprocess.run([sys.executable, "-m", "poi_jax.predict", f"--model={squad_run / 'export'}",
+                      f"--input={path}", f"--output={tmp_path / 'cli.jsonl'}"],
+                     capture_output=True, text=True, timeout=1200, cwd=ROOT,
+                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  skipped = sum(n for (_, o), n in counts.items() if o == "skipped")
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+  assert f"skipped {skipped} line(s)" in r.stdout
+  assert r.stderr.count("skipped: ") == skipped
+
+
 def test_import_is_cheap_and_changes_no_setting():
   code = ("import sys, poi_jax; print('jax' in sys.modules, 'flax' in sys.modules); "
           "print(poi_jax.Reader.__module__)")
@@ -320,3 +405,36 @@ def test_the_server_chooses_as_the_reader(dream_run, dream_reader):
   assert (bad.status_code, bad.json()["field"]) == (422, "options")
   assert wrong.status_code == 404 and "/v1/choose" in wrong.json()["error"]
   assert (health["kind"], health["task"]) == ("multiple_choice", "dream")
+
+
+@pytest.mark.required
+def test_the_server_refuses_a_bad_choice_alone(dream_run, dream_reader):
+  """A multiple-choice question the Reader refuses (question + option leave no room for the
+  passage: a `DataError` inside the batch's model call) fails alone with a 422 naming the
+  field; the questions batched with it are answered as alone. Before issue 35 the exception
+  settled the whole batch: every request got a 500."""
+  import concurrent.futures
+
+  from tests.required_checks import import_or_skip
+  import_or_skip("fastapi", "the [serve] extra: pip install -e '.[serve]'")
+  import_or_skip("httpx", "the [test] extra")
+  from fastapi.testclient import TestClient
+
+  from poi_jax import serve
+  records = _eval_records(dream_run, readers.read_dream)[:3]
+  expected = dream_reader.choose([r.passage for r in records], [r.question for r in records],
+                                 [r.options for r in records])
+  bodies = [{"passage": r.passage, "question": r.question, "options": r.options}
+            for r in records]
+  bodies.insert(1, dict(bodies[0], question="why " * 80))
+  # One batch: as many questions as --max_batch, waiting long enough for all of them.
+  api = serve.create_app(dream_reader, max_batch=len(bodies), max_wait_ms=10_000, warmup=False)
+  with TestClient(api) as client, concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+    out = [f.result() for f in [pool.submit(client.post, "/v1/choose", json=b) for b in bodies]]
+    assert api.state.batcher.largest_batch == len(bodies)
+  assert (out[1].status_code, out[1].json()["field"]) == (422, "question"), out[1].text
+  good = [out[0], out[2], out[3]]
+  assert [o.status_code for o in good] == [200] * 3
+  assert [o.json()["index"] for o in good] == [c.index for c in expected]
+  np.testing.assert_allclose([o.json()["probabilities"] for o in good],
+                             [c.probabilities for c in expected], atol=1e-5)

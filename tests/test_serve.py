@@ -3,7 +3,12 @@ for the module (`python -m poi_jax.serve`, as a user starts it). Concurrent requ
 and answered as the engine's ``predictions.json``; bad requests get a 4xx naming the field and the
 server keeps answering; a real browser (Debian's chromium) uses the demo page; SIGTERM drains the
 request in flight and exits 0 (last, it stops the server). The full queue's 503 runs in-process
-on a Reader stand-in that blocks, so that the queue is full at a known moment."""
+on a Reader stand-in that blocks, so that the queue is full at a known moment.
+
+Hostile input (issue 35): seeded hostile requests (tests/hostile_inputs.py) sent beside good ones
+get a 4xx naming the field, never a 5xx, and the good ones their answers; the issue's own case (5
+good requests and one with a lone surrogate); in-process, faults planted in each stage of a batch
+fail only their own question."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -56,11 +61,20 @@ def server(squad_tiny_run, httpx):
        f"--max_windows={MAX_WINDOWS}", f"--null_threshold={NULL_THRESHOLD}"],
       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True)
+  # The server's output, read as it comes (the last lines kept for a failure's message): a pipe
+  # nobody reads fills at 64 KiB, and a server logging tracebacks would then block on it.
+  import collections
+  tail = collections.deque(maxlen=200)
+  threading.Thread(target=lambda: tail.extend(proc.stdout), daemon=True).start()
+
+  def told() -> str:
+    return "".join(tail)[-3000:]
   url = f"http://127.0.0.1:{port}"
   deadline = time.monotonic() + 600
   while True:
     if proc.poll() is not None:
-      pytest.fail(f"the server exited {proc.returncode}: {proc.stdout.read()[-3000:]}")
+      time.sleep(0.5)  # the reader thread's last lines
+      pytest.fail(f"the server exited {proc.returncode}: {told()}")
     try:
       if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
         break
@@ -68,7 +82,7 @@ def server(squad_tiny_run, httpx):
       pass
     if time.monotonic() > deadline:
       proc.kill()
-      pytest.fail(f"the server did not start: {proc.stdout.read()[-3000:]}")
+      pytest.fail(f"the server did not start: {told()}")
     time.sleep(0.5)
   yield url, proc
   if proc.poll() is None:
@@ -199,6 +213,105 @@ def test_bad_requests_get_4xx_naming_the_field_and_the_server_keeps_answering(
   assert wrong.status_code == 404 and "/v1/answer" in wrong.json()["error"]
   ok = _post(httpx, url, good)
   assert ok.status_code == 200 and "answer" in ok.json()
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile input (issue 35): no 5xx, every error names its field, no request fails another
+# ------------------------------------------------------------------------------------------------
+DEFAULT_MAX_QUEUE = 256  # the server's default --max_queue (the fixture does not set it)
+FUZZ_PER_CLASS, SLOW_FUZZ_PER_CLASS = 6, 150
+
+
+def _check_case(case, resp) -> str:
+  """``resp`` is what ``case`` deserves (tests/hostile_inputs.py): never a 5xx, always JSON; an
+  answer, or a 4xx whose ``field`` (and message) names the field. Returns the status."""
+  tag = f"{case.cls} seed {case.seed} ({case.what})"
+  assert resp.status_code < 500, f"{tag}: {resp.status_code} {resp.text[:500]}"
+  body = resp.json()  # JSON whatever came in
+  if case.field is None:
+    assert resp.status_code == 200 and "answer" in body, f"{tag}: {resp.text[:500]}"
+    return "200"
+  assert 400 <= resp.status_code < 500, f"{tag}: {resp.status_code}"
+  assert isinstance(body["field"], str) and body["field"], f"{tag}: {body}"
+  if case.field != "*":
+    assert body["field"] == case.field, f"{tag}: {body}"
+  assert repr(body["field"]) in body["error"], f"{tag}: {body}"
+  if case.item is not None:
+    assert body["item"] == case.item, f"{tag}: {body}"
+  if case.status is not None:
+    assert resp.status_code == case.status, f"{tag}: {resp.status_code} {body}"
+  return str(resp.status_code)
+
+
+def _fuzz_server(httpx, url, records, squad_tiny_run, per_class: int, seed: int = 0):
+  """Every class's cases sent 8 at a time, each beside a good request (so that they share
+  batches); every good request must get the answer it gets alone. Returns the outcome counts
+  per class."""
+  import collections
+
+  from tests.hostile_inputs import Fuzzer
+  r = records[0]
+  good = {"question": r.question, "context": r.context}
+  seq = json.loads((squad_tiny_run / "config.json").read_text())["data"]["max_seq_length"]
+  fuzzer = Fuzzer(good, max_body=MAX_BODY, max_items=DEFAULT_MAX_QUEUE,
+                  too_many_words=MAX_WINDOWS * seq + 1)
+  cases = fuzzer.cases(seed, per_class)
+  alone = _post(httpx, url, good).json()
+  headers = {"content-type": "application/json"}
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    sent = [(c, pool.submit(_post, httpx, url, None, content=c.data, headers=headers),
+             pool.submit(_post, httpx, url, good)) for c in cases]
+    counts = collections.Counter()
+    for case, resp, ok in sent:
+      counts[(case.cls, _check_case(case, resp.result()))] += 1
+      answer = ok.result()
+      assert answer.status_code == 200, f"a good request beside {case.what}: {answer.text[:500]}"
+      got = answer.json()
+      assert (got["answer"], got["no_answer"]) == (alone["answer"], alone["no_answer"])
+      assert got["score"] == pytest.approx(alone["score"], abs=1e-4)
+  return counts
+
+
+def test_one_bad_request_fails_alone_among_concurrent_good_ones(server, httpx, records):
+  """The issue's case: 5 good requests sent with one holding a lone surrogate all got 500, 3
+  rounds of 3. Now the good ones get their answers, the bad one a 422 naming the field."""
+  url, _ = server
+  good = [{"question": r.question, "context": r.context} for r in records[:5]]
+  alone = [_post(httpx, url, g).json()["answer"] for g in good]
+  bad = json.dumps({"question": records[5].question, "context": "Alice \ud800 Bob"}).encode()
+  for _ in range(3):
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+      answers = [pool.submit(_post, httpx, url, g) for g in good]
+      refused = pool.submit(_post, httpx, url, None, content=bad,
+                            headers={"content-type": "application/json"})
+      assert [a.result().status_code for a in answers] == [200] * 5
+      assert [a.result().json()["answer"] for a in answers] == alone
+      assert (refused.result().status_code, refused.result().json()["field"]) == (422, "context")
+
+
+def test_fuzzed_requests_never_get_a_5xx_and_good_ones_are_answered(server, httpx, records,
+                                                                     squad_tiny_run):
+  url, _ = server
+  counts = _fuzz_server(httpx, url, records, squad_tiny_run, FUZZ_PER_CLASS)
+  assert sum(counts.values()) == FUZZ_PER_CLASS * 7
+  # Both outcomes happen: the cases reach the validation and also leave valid requests.
+  assert counts.keys() & {(c, "200") for c in ("number", "surrogate", "nonfinite", "type",
+                                               "encoding", "length")}, counts
+  assert sum(n for (_, status), n in counts.items() if status != "200") > FUZZ_PER_CLASS * 4
+  assert httpx.get(f"{url}/healthz").status_code == 200  # still serving
+
+
+@pytest.mark.slow
+def test_fuzzed_requests_at_scale(server, httpx, records, squad_tiny_run):
+  """150 cases per class beside 1,050 good requests; prints the table of docs/results.md."""
+  url, _ = server
+  counts = _fuzz_server(httpx, url, records, squad_tiny_run, SLOW_FUZZ_PER_CLASS, seed=1000)
+  statuses = sorted({s for _, s in counts})
+  print("\n| class | cases | " + " | ".join(statuses) + " | 5xx |")
+  print("|---|---:|" + "---:|" * (len(statuses) + 1))
+  for cls in ("depth", "number", "nonfinite", "encoding", "surrogate", "type", "length"):
+    row = [counts[(cls, s)] for s in statuses]
+    print(f"| {cls} | {sum(row)} | " + " | ".join(map(str, row)) + " | 0 |")
 
 
 @pytest.mark.required
@@ -345,3 +458,76 @@ def test_a_full_queue_answers_503_with_retry_after(httpx):
     assert sent[0].result().json()["answer"] == "a"
     assert client.post("/v1/answer", json=body).status_code == 200  # room again
   assert batcher.largest_batch == 1  # --max_batch=1: one question per call
+
+
+# ------------------------------------------------------------------------------------------------
+# Isolation inside a batch, in-process: a Reader stand-in that fails on chosen questions
+# ------------------------------------------------------------------------------------------------
+class _FaultyReader(_BlockingReader):
+  """`_BlockingReader` without the block, failing where a question says so: ``fault:featurize``
+  (a RuntimeError, as a bug would), ``refuse:featurize`` (a ValueError: the Reader refuses the
+  input), ``fault:model`` and ``fault:decode``, whichever batch the question is in. The answer
+  is the context's first character, so each good request's answer is its own."""
+
+  def __init__(self):
+    super().__init__()
+    self.release.set()
+
+  def featurize(self, records):
+    import numpy as np
+
+    from poi_jax.data.features.base import Features
+    for r in records:
+      if r.question == "fault:featurize":
+        raise RuntimeError("featurizer bug")
+      if r.question == "refuse:featurize":
+        raise ValueError("field 'question': refused")
+    self.featurized += len(records)
+    # Two windows a question (every stage cuts per question by these rows), a flag per row.
+    return Features({"example_index": np.repeat(np.arange(len(records)), 2),
+                     "model_fault": np.repeat([r.question == "fault:model" for r in records], 2)},
+                    {"offsets": np.zeros((2 * len(records), 4, 2), np.int32)})
+
+  def predict(self, features, *, explain=False):
+    if features.arrays["model_fault"].any():
+      raise RuntimeError("model bug")
+    return {"rows": features.arrays["example_index"].copy()}
+
+  def decode(self, records, features, outputs, *, null_threshold=None, explain=False):
+    assert len(outputs["rows"]) == len(features.arrays["example_index"]) == 2 * len(records)
+    if any(r.question == "fault:decode" for r in records):
+      raise RuntimeError("decoder bug")
+    return super().decode(records, features, outputs)
+
+
+def test_an_exception_inside_a_batch_fails_only_its_question(httpx):
+  """Each round's requests share one batch (``max_batch`` = the round's size, a long wait); the
+  faulty question fails alone (500 for a fault, 422 for a refusal), every other is answered.
+  Before issue 35 one exception settled every question of the batch."""
+  from fastapi.testclient import TestClient
+
+  from poi_jax import serve
+  rounds = [["fault:featurize", "refuse:featurize"], ["fault:model"], ["fault:decode"]]
+  for faults in rounds:
+    reader = _FaultyReader()
+    size = len(faults) + 5
+    api = serve.create_app(reader, max_batch=size, max_wait_ms=10_000, max_queue=size,
+                           max_windows=0, warmup=False)
+    bodies = [{"question": q, "context": "Z"} for q in faults] + [
+        {"question": "q?", "context": c} for c in "abcde"]
+    with TestClient(api, raise_server_exceptions=False) as client, \
+        concurrent.futures.ThreadPoolExecutor(size) as pool:
+      out = [f.result() for f in [pool.submit(client.post, "/v1/answer", json=b)
+                                  for b in bodies]]
+      assert api.state.batcher.largest_batch == size  # all in one batch
+      for b, resp in zip(bodies, out):
+        if b["question"].startswith("fault:"):
+          assert resp.status_code == 500, resp.text
+          assert resp.json()["error"].startswith("internal error while ")
+        elif b["question"].startswith("refuse:"):
+          assert (resp.status_code, resp.json()["field"]) == (422, "<item>"), resp.text
+        else:
+          assert (resp.status_code, resp.json()["answer"]) == (200, b["context"]), resp.text
+      # A list that could never be queued: 413 naming the limit (never 503 "retry later").
+      too_many = client.post("/v1/answer", json=[bodies[-1]] * (size + 1))
+      assert too_many.status_code == 413 and f"--max_queue={size}" in too_many.json()["error"]
