@@ -18,7 +18,9 @@ SLURM launchers in ``launch/`` pass them), or ``--distributed=auto`` to let
 Exit codes: 0 done; 1 bad input or config (one line on stderr, before any compilation); 143 the
 run got SIGTERM, 130 Ctrl-C, and saved a checkpoint (run the same command again to resume); a
 second Ctrl-C stops at once (130). Faults (docs/reliability.md) end in one ``error:`` line: 1 a
-failed write, a non-finite loss or no intact checkpoint; 70 another process of the run was lost.
+failed write, a non-finite loss, no intact checkpoint or running out of memory; 70 another
+process of the run was lost. A bad data file, whatever its bytes, is a `DataError` naming the
+file, the record or line and the field (`poi_jax.data.json_stream`): one ``error:`` line, 1.
 
 ``--mode=eval`` / ``predict`` write into ``--output_dir`` (default
 ``<workdir>/<mode>/<data name>-<step>``), never over the training run's files.
@@ -163,6 +165,14 @@ def main(argv):
   except KeyboardInterrupt:
     print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)
     return INTERRUPTED_EXIT_CODE
+  except MemoryError:
+    # The readers bound their memory (poi_jax/data/json_stream.py), so this is a record larger
+    # than the machine's memory or a run too big for it; a traceback would add nothing.
+    line = ("error: out of memory (MemoryError): a data record, or the run itself, needs more "
+            "memory than this process may use; the checkpoints saved so far are kept")
+    print(line, file=sys.stderr, flush=True)
+    _stop_the_other_processes(line, 1)
+    return 1
   except Exception as e:
     from poi_jax.train import watchdog
     if watchdog.active() is not None:

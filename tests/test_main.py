@@ -62,6 +62,41 @@ def test_paper_config_offline_fails_with_one_clear_line(tmp_path, monkeypatch):
   assert "Traceback" not in r.stderr
 
 
+def test_hostile_data_files_end_in_one_error_line_naming_them(tmp_path):
+  """Issue 35: 200 kB of nested arrays (ijson's prefixes took 18 GB: a MemoryError traceback)
+  and a gzip file cut in its first bytes (a BadGzipFile traceback) end in one ``error:`` line
+  naming the file, exit 1, before any compilation."""
+  import gzip
+  deep = tmp_path / "deep.json"
+  deep.write_bytes(b'{"version": "v2.0", "data": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}")
+  cut = tmp_path / "cut.json.gz"
+  cut.write_bytes(gzip.compress(json.dumps({"version": "v2.0", "data": []}).encode())[:20])
+  for path, why in ((deep, "record '#0': nested more than 128 levels deep"),
+                    (cut, "cannot decompress it: the file is corrupt or truncated")):
+    workdir = tmp_path / f"{path.name}-run"
+    r = _main("--config=configs/squad2.py:tiny", f"--workdir={workdir}", "--mode=train",
+              f"--config.data.train_file={path}")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]  # (splitlines also ends the progress bar's \r)
+    assert last.startswith(f"error: {path}: {why}"), last
+    assert not list((workdir / "checkpoints").glob("*")), "no step may have run"
+
+
+def test_running_out_of_memory_ends_in_one_error_line(tmp_path):
+  """A MemoryError (here raised where the run starts) is one ``error:`` line, exit 1."""
+  code = ("import sys; from absl import app; from poi_jax import main as m\n"
+          "def boom(*a, **k): raise MemoryError()\n"
+          "m.describe = boom\n"
+          f"sys.argv = ['main', '--config=configs/squad2.py:tiny', '--workdir={tmp_path}', "
+          f"'--mode=describe']\n"
+          "app.run(m.main, flags_parser=m.parse_flags)\n")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                     cwd=ROOT)
+  assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1].startswith("error: out of memory (MemoryError)")
+
+
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("variant", [None, "tiny", "minilm", "albert_base"])
 def test_every_config_variant_resolves_and_is_locked(task, variant):

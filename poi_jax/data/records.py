@@ -26,33 +26,32 @@ class DataError(ValueError):
 
 
 def load_json(path: str):
-  """A JSON data file, or a `DataError` naming the file and what is wrong with it: missing,
-  empty, not UTF-8 (with the byte offset), truncated or otherwise not JSON (line and column).
-  A name ending in ``.xz`` or ``.gz`` is decompressed first (the shipped SQuAD sample is xz)."""
-  import gzip
-  import json
-  import lzma
-  opener = {".xz": lzma.open, ".gz": gzip.open}.get(os.path.splitext(path)[1], open)
+  """A JSON data file, or a `DataError` naming the file and what is wrong with it: missing, a
+  directory, empty, not UTF-8 (with the byte offset), over a limit of
+  `poi_jax.data.json_stream` (nesting depth, number length, a lone surrogate escape, a NUL byte:
+  with the line, column and field), truncated or otherwise not JSON (line and column). A gzip or
+  xz file (by its name or its first bytes) is decompressed first (the shipped SQuAD sample is
+  xz); a UTF-8 byte order mark is skipped."""
+  from poi_jax.data import json_stream  # json_stream imports this module
+  path = os.fspath(path)
   try:
-    with opener(path, "rb") as f:
+    with json_stream.open_data(path) as f:
       raw = f.read()
+  except json_stream.DECOMPRESSION_ERRORS as e:
+    raise DataError(path, None, None, f"cannot decompress it: the file is corrupt or truncated "
+                    f"({type(e).__name__}: {e})") from None
   except OSError as e:
     raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
-  except (lzma.LZMAError, EOFError) as e:  # gzip's BadGzipFile is an OSError
-    raise DataError(path, None, None, f"cannot decompress it ({e})") from None
+  bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte order mark
+  raw = raw[bom:]
   if not raw.strip():
     raise DataError(path, None, None, "the file is empty")
   try:
-    text = raw.decode("utf-8-sig")
+    raw.decode("utf-8")
   except UnicodeDecodeError as e:
     raise DataError(path, None, None, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
-                    f"{e.start}); re-encode it as UTF-8") from None
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError as e:
-    why = ("not valid JSON: truncated (it ends early)" if e.pos >= len(text.rstrip())
-           else f"not valid JSON ({e.msg})")
-    raise DataError(path, None, None, f"{why} at line {e.lineno}, column {e.colno}") from None
+                    f"{bom + e.start}); re-encode it as UTF-8") from None
+  return json_stream.load_text(raw, path)
 
 
 @dataclasses.dataclass

@@ -10,12 +10,22 @@ empty string or list, a number outside the context (negative, past the end, 2**6
 (a 300,000-character string, 10**40), a duplicated record, and on the written bytes: invalid
 UTF-8, a truncated file, a flipped byte.
 
-Default suite: 100 mutations per format (readers only, no JAX; a few seconds). The slow suite
-(``python -m pytest tests/data/test_fuzz_readers.py -m slow -s``) runs 1,000 per format and
-prints the counts (docs/results.md, "Fuzzed data files").
+Hostile files (issue 35), every class on every format: nesting depth, number length and range,
+compression (gzip and xz, intact, truncated, a flipped byte), encodings (a byte order mark,
+invalid UTF-8, a NUL byte, lone and paired surrogate escapes), and the file system (empty, blank
+or BOM-only files, a directory for a file, an NQ directory without ``*.jsonl``); each case says
+whether it must fail (and with what cause), must read as the unmodified file, or may do either.
+And a child process reads a 200 kB nested file with each JSON reader under an address-space
+limit (before the depth limit, 18 GB).
+
+Default suite: 100 mutations per format and every hostile case once per format (readers only,
+no JAX; seconds). The slow suite (``python -m pytest tests/data/test_fuzz_readers.py -m slow
+-s``) runs 1,000 mutations per format and 1,000 drawn hostile cases per class and format, and
+prints the counts (docs/results.md, "Fuzzed data files"; docs/data.md, "Hostile files").
 """
 from __future__ import annotations
 
+import codecs
 import collections
 import copy
 import csv
@@ -23,18 +33,23 @@ import dataclasses
 import gzip
 import io
 import json
+import lzma
+import os
 import pathlib
 import random
 import re
 import shutil
+import subprocess
+import sys
 from typing import Any, Callable
 
 import pytest
 
+from poi_jax.data import json_stream
 from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad
 from poi_jax.data.records import (ChoiceExample, DataError, NarrativeExample, NqExample,
                                   SquadExample, load_json)
-from tests.conftest import SQUAD
+from tests.conftest import ROOT, SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 
 DEFAULT_MUTATIONS = 100
@@ -47,6 +62,8 @@ HUGE_STRING = "ab " * 100_000
 # A position (line, column, byte offset or item index) or a record and a field must be named.
 POSITION = re.compile(r"line \d+|column \d+|offset \d+|record '#\d+'|:\d+: |the file is empty|"
                       r"cannot read|no such file|truncated|not UTF-8")
+# What may be said of a whole file (its name is the whole "where"): a data mutation can empty it.
+FILE_LEVEL = re.compile(r"the file is empty|a directory, not a file|no \*\.jsonl|no summaries\.csv")
 
 
 # ----------------------------------------------------------------------------- the formats
@@ -372,7 +389,7 @@ def run_mutation(fmt: Format, seed: int, d: pathlib.Path) -> str:
     msg = str(e)
     assert msg.startswith(str(path.parent)), f"{fmt.name} seed {seed} ({what}): {msg[:300]}"
     named = e.record is not None or e.field not in (None, "<file>")
-    assert named or (byte_level and POSITION.search(msg)), \
+    assert named or (byte_level and POSITION.search(msg)) or FILE_LEVEL.search(msg), \
         f"{fmt.name} seed {seed} ({what}): the error names no record, field or position: {msg}"
     assert len(msg) < 2000, f"{fmt.name} seed {seed} ({what}): a {len(msg)}-character message"
     return "DataError"
@@ -436,3 +453,283 @@ def test_fuzzed_files_at_scale(formats, tmp_path):
   print("|---|---:|---:|---:|---:|")
   for name, n, ok, err in rows:
     print(f"| {name} | {n} | {ok} | {err} | 0 |")
+
+
+# ----------------------------------------------------------------------------- hostile bytes
+# Issue 35: classes of input that crashed the readers (a segfault on a 5,001-digit integer),
+# made them use memory quadratic in the nesting depth (3 GB for 80 kB), or escaped as another
+# exception. Each class is run on every format; each case says what must come out: "error" (one
+# `DataError` whose message gives the cause), "same" (the records of the unmodified file), or
+# "any" (a correct read or a `DataError`, as in the mutations above).
+CLASSES = ("depth", "number", "compression", "encoding", "filesystem")
+JSON_FORMATS = tuple(n for n in FORMAT_NAMES if n != "narrativeqa-csv")  # the CSV has no nesting
+PLACEHOLDER = "@@hostile@@"
+MAX_DEPTH = json_stream.MAX_DEPTH
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  cls: str
+  what: str
+  expect: str  # "error" | "same" | "any"
+  cause: str = ""  # a regular expression the error must match ("error")
+  value: bytes = b""  # a JSON value put where a random value was (value cases)
+  edit: str = ""  # a byte edit of one file (byte cases): see _edit
+
+
+def _nested(depth: int, obj: bool = False) -> bytes:
+  return (b'{"a": ' * depth + b"1" + b"}" * depth) if obj else b"[" * depth + b"]" * depth
+
+
+def _cases(cls: str, fmt: str, rng: random.Random | None = None) -> list[Case]:
+  """The cases of class ``cls`` for format ``fmt``: all of them (``rng`` None: the default
+  suite's handful) or one drawn with ``rng`` (the slow suite, which draws its parameters)."""
+  json_fmt = fmt in JSON_FORMATS
+  err = (lambda cause: ("error", cause)) if json_fmt else (lambda cause: ("any", ""))
+  r = rng or random.Random(0)
+  if cls == "depth":
+    deep = r.choice((MAX_DEPTH + 1, 1_000, 100_000)) if rng else 100_000
+    out = [Case(cls, f"{MAX_DEPTH - 3} nested arrays", "any", value=_nested(MAX_DEPTH - 3)),
+           Case(cls, f"{MAX_DEPTH + 1} nested arrays", *err("nested more than"),
+                value=_nested(MAX_DEPTH + 1)),
+           Case(cls, f"{deep:,} nested arrays", *err("nested more than"), value=_nested(deep)),
+           Case(cls, "1,000 nested objects", *err("nested more than"),
+                value=_nested(1_000, obj=True))]
+  elif cls == "number":
+    long = r.choice((1001, 5001, 1_000_000)) if rng else 5001
+    out = [Case(cls, "2**63 - 1", "any", value=b"9223372036854775807"),
+           Case(cls, "2**63", *err("integer outside"), value=b"9223372036854775808"),
+           Case(cls, "-2**63 - 1", *err("integer outside"), value=b"-9223372036854775809"),
+           Case(cls, f"{long:,} digits", *err("a number of"), value=b"1" * long),
+           Case(cls, "1e400", *err("too large for a 64-bit float"), value=b"1e400"),
+           Case(cls, "1.5e300", "any", value=b"1.5e300")]
+  elif cls == "compression":
+    out = [Case(cls, f"{z} intact", "same", edit=f"{z}") for z in ("gzip", "xz")]
+    out += [Case(cls, f"{z} truncated", "error", "decompress|truncated", edit=f"{z}-cut")
+            for z in ("gzip", "xz")]
+    out += [Case(cls, "gzip with a flipped byte", "any", edit="gzip-flip"),
+            Case(cls, "xz with a flipped byte", "any", edit="xz-flip")]
+  elif cls == "encoding":
+    out = [Case(cls, "a UTF-8 byte order mark", "same", edit="bom"),
+           Case(cls, "invalid UTF-8", "error", "not UTF-8", edit="invalid-utf8"),
+           Case(cls, "a NUL byte", "error", "NUL byte|not UTF-8", edit="nul"),
+           Case(cls, "a lone high surrogate escape", *err("surrogate"), value=b'"a\\ud800"'),
+           Case(cls, "a lone low surrogate escape", *err("surrogate"), value=b'"\\udc00b"'),
+           Case(cls, "a surrogate pair escape", "any", value=b'"\\ud83d\\ude00"'),
+           Case(cls, "an escaped NUL", "any", value=b'"a\\u0000b"')]
+  else:
+    out = [Case(cls, "an empty file", "error", "the file is empty", edit="empty"),
+           Case(cls, "a blank file", "error", "the file is empty", edit="blank"),
+           Case(cls, "only a byte order mark", "error", "the file is empty", edit="bom-only"),
+           # NarrativeQA: a directory for qaps.csv is a checkout of the repository to look in.
+           Case(cls, "a directory for a file", "error",
+                r"a directory, not a file|no summaries\.csv beside it", edit="dir")]
+    if fmt.startswith("nq"):
+      out.append(Case(cls, "a directory without *.jsonl", "error", r"no \*\.jsonl",
+                      edit="nq-empty-dir"))
+  return [r.choice(out)] if rng else out
+
+
+def _edit(edit: str, target: pathlib.Path, rng: random.Random) -> pathlib.Path | None:
+  """Applies a byte edit to ``target``'s text (a gzipped file, NQ's, is decompressed first and
+  compressed again after a text edit); returns a path to read instead, if the edit replaces
+  what is read."""
+  raw = target.read_bytes()
+  packed = raw[:2] == b"\x1f\x8b"
+  raw = gzip.decompress(raw) if packed else raw
+  write = (lambda b: target.write_bytes(gzip.compress(b, mtime=0))) if packed else \
+      target.write_bytes
+  at = rng.randrange(len(raw) + 1)
+  if edit in ("gzip", "xz") or edit.startswith(("gzip-", "xz-")):
+    z = gzip.compress(raw, mtime=0) if edit.startswith("gzip") else lzma.compress(raw)
+    if edit.endswith("-cut"):
+      z = z[:rng.randrange(10, len(z) - 1)]
+    elif edit.endswith("-flip"):
+      i = rng.randrange(len(z) // 4, len(z))
+      z = z[:i] + bytes([z[i] ^ (1 << rng.randrange(8))]) + z[i + 1:]
+    target.write_bytes(z)
+  elif edit == "bom":
+    write(codecs.BOM_UTF8 + raw)
+  elif edit == "invalid-utf8":
+    write(raw[:at] + rng.choice((b"\xff", b"\xc3(", b"\xed\xa0\x80")) + raw[at:])
+  elif edit == "nul":
+    write(raw[:at] + b"\0" + raw[at:])
+  elif edit == "empty":
+    target.write_bytes(b"")  # no bytes at all, even for a .gz name
+  elif edit in ("blank", "bom-only"):
+    write({"blank": b" \n\t\n", "bom-only": codecs.BOM_UTF8}[edit])
+  elif edit == "dir":
+    target.unlink()
+    target.mkdir()
+    (target / "part.jsonl").mkdir()  # NQ reads a directory's *.jsonl: here one is a directory
+  elif edit == "nq-empty-dir":
+    d = target.parent / "nq-dir"
+    d.mkdir()
+    (d / "README.txt").write_text("no data here")
+    return d
+  return None
+
+
+def _put_value(fmt: Format, value: bytes, d: pathlib.Path, rng: random.Random) -> pathlib.Path:
+  """Writes ``fmt``'s records with a random value replaced by the JSON ``value`` (raw bytes, so
+  that no encoder limit stops a hostile one; in a CSV they are a cell's text)."""
+  data = copy.deepcopy(fmt.base)
+  levels = _nodes(data)
+  node, key = rng.choice(rng.choice(levels))
+  node[key] = PLACEHOLDER
+  path = fmt.write(data, d)
+  for f in fmt.files(path):
+    raw = f.read_bytes()
+    packed = raw[:2] == b"\x1f\x8b"
+    text = gzip.decompress(raw) if packed else raw
+    mark = PLACEHOLDER.encode()
+    if mark not in text:
+      continue
+    text = text.replace(b'"' + mark + b'"', value).replace(mark, value)
+    f.write_bytes(gzip.compress(text, mtime=0) if packed else text)
+  return path
+
+
+def _ids(records) -> list:
+  return [getattr(r, "qid", None) or getattr(r, "example_id", None) for r in records]
+
+
+def run_hostile(fmt: Format, case: Case, seed: int, d: pathlib.Path) -> str:
+  """``"ok"`` or ``"DataError"`` for one case; fails (naming the format, the case and the seed)
+  on any other exception, on an error that names no file, record, field or position or not the
+  case's cause, and on an outcome other than the case's expectation."""
+  rng = random.Random(f"{fmt.name}-{case.what}-{seed}")
+  label = f"{fmt.name} {case.cls}: {case.what} (seed {seed})"
+  if case.value:
+    path = _put_value(fmt, case.value, d, rng)
+  else:
+    path = fmt.write(fmt.base, d)
+    target = rng.choice(fmt.files(path))
+    path = _edit(case.edit, target, rng) or path
+  try:
+    records = fmt.read(path)
+  except DataError as e:
+    msg = str(e)
+    assert msg.startswith(str(d)), f"{label}: the error names no file of it: {msg[:300]}"
+    named = e.record is not None or e.field not in (None, "<file>")
+    assert named or POSITION.search(msg) or FILE_LEVEL.search(msg) or "decompress" in msg, \
+        f"{label}: the error names no record, field or position: {msg[:300]}"
+    assert len(msg) < 2000, f"{label}: a {len(msg)}-character message"
+    assert case.expect != "same", f"{label}: must read as the unmodified file, got {msg[:300]}"
+    if case.expect == "error":
+      assert re.search(case.cause, msg), f"{label}: the error does not say {case.cause!r}: {msg}"
+    return "DataError"
+  except Exception as e:  # noqa: BLE001 - the point of the test
+    raise AssertionError(f"{label}: {type(e).__name__}: {e}"[:2000]) from e
+  assert case.expect != "error", f"{label}: read without error ({len(records)} records)"
+  fmt.check(records)
+  if case.expect == "same":
+    assert _ids(records) == _ids(fmt.read(fmt.write(fmt.base, d / "plain"))), label
+  return "ok"
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("name", FORMAT_NAMES)
+def test_hostile_files_read_or_raise_one_data_error(formats, name, cls, tmp_path):
+  """Each class of hostile input, every case of it, on every format (a few files each)."""
+  outcomes = collections.Counter()
+  for i, case in enumerate(_cases(cls, name)):
+    d = tmp_path / f"c{i}"
+    (d / "plain").mkdir(parents=True)
+    outcomes[run_hostile(formats[name], case, 0, d)] += 1
+  assert outcomes["DataError"] > 0, outcomes  # each class holds cases that must fail
+
+
+def test_a_hostile_case_that_reads_would_fail(formats, tmp_path):
+  """The expectation is checked: a case that must fail but reads (a plain SQuAD file taken for
+  one with a broken compressed stream) fails the run."""
+  case = Case("compression", "nothing done", "error", "decompress", edit="bom")
+  (tmp_path / "plain").mkdir()
+  with pytest.raises(AssertionError, match="read without error"):
+    run_hostile(formats["squad2"], case, 0, tmp_path)
+
+
+HOSTILE_SLOW = 1000
+
+
+@pytest.mark.slow
+def test_hostile_files_at_scale(formats, tmp_path):
+  """1,000 cases per class and format, each drawn (case, depth, length, position, byte) from its
+  seed; prints the table of docs/data.md ("Hostile files"): the outcomes by what the case
+  required (an error, the unmodified file's records, or either)."""
+  rows = []
+  for name in FORMAT_NAMES:
+    for cls in CLASSES:
+      counts = collections.Counter()
+      for seed in range(HOSTILE_SLOW):
+        (case,) = _cases(cls, name, random.Random(f"{name}-{cls}-{seed}"))
+        d = tmp_path / name / cls / str(seed)
+        (d / "plain").mkdir(parents=True)
+        counts[case.expect, run_hostile(formats[name], case, seed, d)] += 1
+        shutil.rmtree(d)
+      assert sum(counts.values()) == HOSTILE_SLOW
+      rows.append((name, cls, counts))
+  print("\n| format | class | cases | must fail: DataError | must read as the plain file: read | "
+        "either: read / DataError | other exception |")
+  print("|---|---|---:|---:|---:|---:|---:|")
+  for name, cls, c in rows:
+    print(f"| {name} | {cls} | {sum(c.values())} | {c['error', 'DataError']} | "
+          f"{c['same', 'ok']} | {c['any', 'ok']} / {c['any', 'DataError']} | 0 |")
+
+
+_MEMORY_CHILD = r"""
+import json, resource, sys, time
+from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad
+from poi_jax.data.records import DataError
+readers = {"squad": squad.read_squad, "dream": choice.read_dream, "nlquad": nlquad.read_nlquad,
+           "newsqa": lambda p: newsqa.read_newsqa(p, "train"), "nq": nq.read_nq,
+           "race": lambda p: choice.read_race(p, "high"),
+           "narrativeqa": narrativeqa.read_annotated}
+# The address space this process has now (imports done), plus the budget: a reader that needs
+# more gets a MemoryError (reported) instead of swapping the machine.
+vm = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize"))) * 1024
+limit = vm + int(sys.argv[1]) * 2**20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+out = {}
+for name, path in json.loads(sys.argv[2]).items():
+  t = time.perf_counter()
+  try:
+    n = sum(1 for _ in readers[name](path))
+    outcome = f"read {n} records"
+  except DataError as e:
+    outcome = "DataError: " + str(e)
+  except BaseException as e:
+    outcome = f"{type(e).__name__}: {str(e)[:200]}"
+  out[name] = [outcome, time.perf_counter() - t]
+print(json.dumps(out))
+"""
+
+
+def test_deeply_nested_files_fail_fast_in_bounded_memory(tmp_path):
+  """A 200 kB file of nested arrays, given to every JSON reader in a child process allowed 256 MB
+  more address space than its imports took: each ends in a `DataError` within seconds (before
+  the depth limit, ijson's prefixes took 18 GB for this file, and the train CLI died in a
+  MemoryError)."""
+  deep = _nested(100_000)
+  paths = {}
+  for name in ("squad", "dream", "nlquad", "newsqa"):
+    paths[name] = tmp_path / f"{name}.json"
+    paths[name].write_bytes((b"[" if name == "dream" else b'{"version": "v2.0", "data": [')
+                            + deep + (b"]" if name == "dream" else b"]}"))
+  for name in ("nq", "narrativeqa"):
+    paths[name] = tmp_path / f"{name}.jsonl"
+    paths[name].write_bytes(b'{"example_id": ' + deep + b"}\n")
+  (tmp_path / "race" / "high").mkdir(parents=True)
+  (tmp_path / "race" / "high" / "1.txt").write_bytes(b'{"id": ' + deep + b"}")
+  paths["race"] = tmp_path / "race"
+  env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+  r = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, "256",
+                      json.dumps({k: str(v) for k, v in paths.items()})],
+                     capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+  assert r.returncode == 0, r.stderr[-2000:]
+  results = json.loads(r.stdout.strip().splitlines()[-1])
+  assert sorted(results) == sorted(paths)
+  for name, (outcome, seconds) in results.items():
+    assert outcome.startswith(f"DataError: {paths[name]}"), (name, outcome)
+    assert f"nested more than {MAX_DEPTH} levels deep" in outcome, (name, outcome)
+    assert seconds < 10, (name, seconds)

@@ -99,3 +99,17 @@ def test_race_answer_must_be_one_letter(tmp_path, answer):
            "options": [["w", "x", "y", "z"]], "answers": [answer]}]
   with pytest.raises(DataError, match=r"record 'h1-0', field 'answers'"):
     list(tfds.race_records(rows, "tfds:race/high:dev", "high"))
+
+
+def test_a_squad_question_without_an_id_is_refused_at_its_position(tmp_path):
+  """Ids key the evaluator's and the predictions file's answers: two questions without one used
+  to both read as "<no id>" (one answer overwrote the other)."""
+  p = tmp_path / "s.json"
+  qa = {"question": "Where?", "answers": [{"text": "mat", "answer_start": 19}]}
+  p.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [
+      {"context": "The cat sat on the mat.", "qas": [dict(qa, id="q1"), qa, qa]}]}]}))
+  records = read_squad(p)
+  assert next(records).qid == "q1"
+  with pytest.raises(DataError, match=r"s.json: record 'data\[0\].paragraphs\[0\].qas\[1\]', "
+                                      r"field 'id': missing"):
+    next(records)

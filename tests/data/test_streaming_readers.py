@@ -132,8 +132,8 @@ def test_nq_truncated_gzip_is_a_data_error_at_its_line(tmp_path):
   raw = gzip.compress("".join(json.dumps(p) + "\n" for p in pages).encode())
   path = tmp_path / "cut.jsonl.gz"
   path.write_bytes(raw[:len(raw) * 2 // 3])
-  with pytest.raises(DataError, match=r"cut.jsonl.gz:\d+: (the gzip stream is truncated|"
-                                      r"field '<line>': not JSON)"):
+  with pytest.raises(DataError, match=r"cut.jsonl.gz:\d+: cannot decompress it: the file is "
+                                      r"corrupt or truncated"):
     list(nq.read_nq(path))
 
 
@@ -228,3 +228,30 @@ def test_squad_streaming_memory_is_flat(tmp_path):
     sizes.append(path.stat().st_size)
   assert peaks[1] < 1.25 * peaks[0] + 65536, (peaks, sizes)
   assert peaks[1] < sizes[1] / 1.5, (peaks, sizes)
+
+
+def test_a_narrativeqa_document_without_tokens_is_refused(tmp_path):
+  good = {"document_id": "d1", "summary_parse": {"sentences": [{"tokens": ["A", "b", "."]}]},
+          "questions": [{"question": "what ?", "answer1": "b", "answer2": "A b"}]}
+  path = tmp_path / "ann.jsonl"
+  for parse in ({"sentences": []}, {"sentences": [{"tokens": [" ", "\n"]}]}):
+    path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, document_id="d2",
+                                                              summary_parse=parse)) + "\n")
+    _first_then_error(narrativeqa.read_narrativeqa(str(path)), f"{path}:2", "document 'd2'",
+                      "field 'summary_parse.sentences'", "the document has no tokens")
+
+
+def test_tfds_rows_that_cannot_be_read_or_decoded_are_data_errors():
+  """A TFDS row is read back from its record file on demand: a row that fails there, or holds
+  bytes that are not UTF-8, names the source and the row."""
+  good = {"id": b"a", "context": b"one two", "question": b"q?",
+          "answers": {"text": [b"one"], "answer_start": [0]}}
+  _first_then_error(tfds.squad_records(iter([good, dict(good, id=b"b", context=b"\xffx")]),
+                                       "tfds:squad/v1.1:train"),
+                    "tfds:squad/v1.1:train", "record '#1'", "not UTF-8 text (byte 0xff")
+
+  def rows():
+    yield good
+    raise OSError("corrupted record at offset 1234")
+  _first_then_error(tfds.squad_records(rows(), "tfds:squad/v1.1:train"), "record '#1'",
+                    "cannot read this row (OSError: corrupted record")

@@ -90,6 +90,11 @@ def parse_document(obj: Mapping, *, source: str = "", line: int = 0) -> Document
             raise doc.error(vf, f"SRL tag {tag!r} is not in the label vocabulary")
         verbs.append(list(tags))
     srl.append(verbs)
+  if not any(t.strip() for s in doc.sentences for t in s):
+    # A document without a token gives no passage to answer from (the featurizer would build
+    # empty windows); spaces alone are not tokens either.
+    raise doc.error("summary_parse.sentences", "the document has no tokens (an empty list, or "
+                    "only blank tokens)")
   doc.srl = srl if any_srl else None
   if "sdp" in obj:
     if not isinstance(obj["sdp"], list):

@@ -9,18 +9,24 @@ annotated JSON lines of DASSA (`poi_jax.data.readers.annotations` documents the 
   sentences (punkt) and explicit connectives (lexicon) are the featurizer's work
   (`poi_jax.data.features.offline_views.with_offline_views`), so reading imports no feature code.
 * JSON lines: one annotated document per line with its ``questions`` list (``question``,
-  optional ``question_tokens``, ``answer1``, ``answer2``, optional ``id``).
+  optional ``question_tokens``, ``answer1``, ``answer2``, optional ``id``). A question without
+  an ``id`` is ``<document_id>-<its index in the document's list>``: deterministic, and unique
+  while the document ids are (the CSV's questions are ``<document_id>-<line>`` likewise).
 
 Records stream one question at a time. Bad input raises `DataError` / `AnnotationError` naming
-the file, the line, the document and the field, when the stream reaches it.
+the file, the line, the document and the field, when the stream reaches it: a document without
+tokens, an empty question or answer, and what `poi_jax.data.json_stream` refuses in any file
+(JSON nested too deep, a number too long, a lone surrogate escape, a NUL byte, bytes that are
+not UTF-8, a corrupt compressed file, an empty file). Both formats may be gzip or xz files.
 """
 from __future__ import annotations
 
 import csv
-import json
+import io
 import os
 from typing import Iterator
 
+from poi_jax.data import json_stream
 from poi_jax.data.readers import annotations
 from poi_jax.data.records import DataError, Document, NarrativeDataError, NarrativeExample
 
@@ -45,25 +51,42 @@ def _tokens(row: dict, name: str) -> list[str]:
 
 
 def _open_text(path: str):
-  try:
-    return open(path, encoding="utf-8", newline="")
-  except OSError as e:
-    raise DataError(path, None, "<file>", f"cannot open ({e.strerror})") from None
+  """The CSV file as text: decompressed when gzip or xz (`json_stream.open_data`, which also
+  refuses a missing file or a directory), a UTF-8 byte order mark skipped (as every reader)."""
+  return io.TextIOWrapper(json_stream.open_data(path), encoding="utf-8-sig", newline="")
+
+
+def _nul_column(row: dict) -> str | None:
+  """The first column of a `csv.DictReader` row holding a NUL byte (cells beyond the header's
+  columns are a list under the key None), or None."""
+  for column, value in row.items():
+    cells = value if isinstance(value, list) else [value]
+    if any(isinstance(c, str) and "\0" in c for c in cells):
+      return "<extra column>" if column is None else column
+  return None
 
 
 def _csv_rows(path: str, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
-  """``(line, row)`` of a CSV file, one at a time; a bad byte, a broken quote or a short row
-  names its line."""
+  """``(line, row)`` of a CSV file, one at a time; a bad byte, a NUL byte, a broken quote, a
+  short row or a corrupt compressed stream names its line."""
   line = 0
   csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
   with _open_text(path) as f:
     reader = csv.DictReader(f)
     try:
+      if any("\0" in c for c in reader.fieldnames or []):
+        raise DataError(f"{path}:1", None, "<header>", "a NUL byte (binary data, not text)")
       missing = [c for c in required if c not in (reader.fieldnames or [])]
       if missing:
         raise DataError(path, None, "<header>", f"missing column(s) {missing}")
       for row in reader:
         line = reader.line_num
+        # Python's csv module keeps NUL bytes (since 3.11); JSON refuses them: so do we, first
+        # (a NUL is what is wrong with a row it also cuts short).
+        nul = _nul_column(row)
+        if nul is not None:
+          raise NarrativeDataError(path, line, row.get("document_id"), nul,
+                                   "a NUL byte (binary data, not text)")
         absent = [c for c in required if row.get(c) is None]
         if absent:
           raise NarrativeDataError(path, line, row.get("document_id"), absent[0],
@@ -75,6 +98,10 @@ def _csv_rows(path: str, required: tuple[str, ...]) -> Iterator[tuple[int, dict]
                       f"UTF-8") from None
     except csv.Error as e:
       raise DataError(f"{path}:{reader.line_num}", None, "<line>", f"not valid CSV ({e})") from None
+    except json_stream.DECOMPRESSION_ERRORS as e:
+      raise DataError(f"{path}:{reader.line_num + 1}", None, None,
+                      f"cannot decompress it: the file is corrupt or truncated "
+                      f"({type(e).__name__}: {e})") from None
 
 
 def summaries_path_for(qaps_path: str) -> str:
@@ -131,55 +158,45 @@ def read_qaps(qaps_path: str, summaries_path: str | None = None, split: str | No
   qaps_path = os.fspath(qaps_path)
   summaries_path = summaries_path or summaries_path_for(qaps_path)
   for p in (summaries_path, qaps_path):
-    _open_text(p).close()
+    json_stream.check_readable(p)  # there, a file, decompressable, not empty (or only a BOM)
   return _qaps(qaps_path, summaries_path, split)
 
 
 def _annotated(path: str) -> Iterator[NarrativeExample]:
-  line_no = 0
-  with open(path, "rb") as f:
-    for line_no, raw in enumerate(f, 1):
-      if not raw.strip():
-        continue
-      try:
-        obj = json.loads(raw.decode("utf-8"))
-      except UnicodeDecodeError as e:
-        raise NarrativeDataError(path, line_no, None, "<line>",
-                                 f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                                 f"{e.start + 1}); re-encode it as UTF-8") from None
-      except (json.JSONDecodeError, RecursionError) as e:
-        raise NarrativeDataError(path, line_no, None, "<line>", f"not valid JSON ({e})") from None
-      if not isinstance(obj, dict):
-        raise NarrativeDataError(path, line_no, None, "<line>", "not a JSON object")
-      doc = annotations.parse_document(obj, source=path, line=line_no)
-      questions = obj.get("questions")
-      if not isinstance(questions, list):
-        raise NarrativeDataError(path, line_no, doc.doc_id, "questions", "missing (a list)")
-      for i, q in enumerate(questions):
-        field = f"questions[{i}]"
-        if not isinstance(q, dict):
-          raise NarrativeDataError(path, line_no, doc.doc_id, field, "expected an object")
-        for name in ("question", "answer1", "answer2"):
-          if not isinstance(q.get(name), str) or not q[name].strip():
-            raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.{name}",
-                                     "missing or empty")
-        question = q.get("question_tokens") or q["question"].split()
-        if not (isinstance(question, list) and all(isinstance(t, str) for t in question)):
-          raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.question_tokens",
-                                   "expected a list of strings")
-        qid = q.get("id", f"{doc.doc_id}-{i}")
-        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-          raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.id", "not a string")
-        yield NarrativeExample(str(qid), list(question),
-                               [" ".join(q["answer1"].split()), " ".join(q["answer2"].split())],
-                               doc, path, line_no)
+  for line_no, raw in json_stream.iter_lines(path):
+    obj = json_stream.loads_line(raw, path, line_no)
+    if not isinstance(obj, dict):
+      raise NarrativeDataError(path, line_no, None, "<line>", "not a JSON object")
+    doc = annotations.parse_document(obj, source=path, line=line_no)
+    questions = obj.get("questions")
+    if not isinstance(questions, list):
+      raise NarrativeDataError(path, line_no, doc.doc_id, "questions", "missing (a list)")
+    for i, q in enumerate(questions):
+      field = f"questions[{i}]"
+      if not isinstance(q, dict):
+        raise NarrativeDataError(path, line_no, doc.doc_id, field, "expected an object")
+      for name in ("question", "answer1", "answer2"):
+        if not isinstance(q.get(name), str) or not q[name].strip():
+          raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.{name}",
+                                   "missing or empty")
+      question = q.get("question_tokens") or q["question"].split()
+      if not (isinstance(question, list) and all(isinstance(t, str) for t in question)):
+        raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.question_tokens",
+                                 "expected a list of strings")
+      qid = q.get("id", f"{doc.doc_id}-{i}")
+      if not isinstance(qid, (str, int)) or isinstance(qid, bool) or not str(qid).strip():
+        raise NarrativeDataError(path, line_no, doc.doc_id, f"{field}.id",
+                                 "not a string, or empty (leave it out for the default id)")
+      yield NarrativeExample(str(qid), list(question),
+                             [" ".join(q["answer1"].split()), " ".join(q["answer2"].split())],
+                             doc, path, line_no)
 
 
 def read_annotated(path: str) -> Iterator[NarrativeExample]:
   """Annotated JSON lines (DASSA's format), one line (document) at a time: its questions with
   their document's views' annotations."""
   path = os.fspath(path)
-  _open_text(path).close()
+  json_stream.check_readable(path)  # there, a file, decompressable, not empty (or only a BOM)
   return _annotated(path)
 
 

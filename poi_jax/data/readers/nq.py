@@ -16,26 +16,15 @@ missing candidate or outside the document: `DataError` naming the file, the line
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import zlib
 from typing import Iterator
 
+from poi_jax.data import json_stream
 # The record types live in records.py; re-exported here for callers of the old location.
 from poi_jax.data.records import (Annotation, Candidate, DataError, NqExample,  # noqa: F401
                                   Span)
 
 YES_NO = ("NONE", "YES", "NO")
-
-
-def _open(path: str):
-  """Binary lines of a plain or gzipped file (decoded per line, so a bad byte names its line)."""
-  with open(path, "rb") as f:
-    magic = f.read(2)
-  if magic == b"\x1f\x8b":
-    return gzip.open(path, "rb")
-  return open(path, "rb")
 
 
 def _tag(token: str) -> str:
@@ -164,39 +153,14 @@ def parse_example(obj: dict, path: str, line: int, *, require_answers: bool = Tr
                    source=os.path.abspath(path), line=line)
 
 
-def _lines(f: str) -> Iterator[tuple[int, str]]:
-  """``(line number, text)`` of one file's non-blank lines; a bad byte, a truncated or corrupt
-  gzip stream is a `DataError` naming the line."""
-  line_no = 0
-  try:
-    with _open(f) as fh:
-      for line_no, raw in enumerate(fh, 1):
-        try:
-          text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-          raise DataError(f"{f}:{line_no}", None, "<line>",
-                          f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
-                          f"re-encode it as UTF-8") from None
-        if text.strip():
-          yield line_no, text
-  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-    raise DataError(f"{f}:{line_no + 1}", None, "<file>",
-                    f"the gzip stream is truncated or corrupt ({type(e).__name__}: {e})") from None
-  except OSError as e:
-    raise DataError(f, None, "<file>", f"cannot read it ({e.strerror or e})") from None
-
-
 def _stream(files: list[str], require_answers: bool, max_examples: int
             ) -> Iterator[NqExample]:
   n = 0
   for f in files:
-    for line_no, line in _lines(f):
+    for line_no, raw in json_stream.iter_lines(f):
       if 0 <= max_examples <= n:
         return
-      try:
-        obj = json.loads(line)
-      except (json.JSONDecodeError, RecursionError) as e:
-        raise DataError(f"{f}:{line_no}", None, "<line>", f"not JSON ({e})") from None
+      obj = json_stream.loads_line(raw, f, line_no)
       yield parse_example(obj, f, line_no, require_answers=require_answers)
       n += 1
 
@@ -205,16 +169,16 @@ def read_nq(path: str, *, require_answers: bool = True, max_examples: int = -1
             ) -> Iterator[NqExample]:
   """The examples of one NQ file (``.jsonl`` or ``.jsonl.gz``, full or simplified), or of every
   ``*.jsonl*`` file of a directory (sorted), one line at a time: memory holds one page. The file
-  list is made (and each file checked to exist) at the call; a bad line raises when the stream
-  reaches it."""
+  list is made (and each file checked: there, a file, not empty) at the call; a bad line raises
+  when the stream reaches it. Lines go through `json_stream.loads_line` (its limits, a BOM
+  before the first line skipped)."""
   path = os.fspath(path)
   if os.path.isdir(path):
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if ".jsonl" in f)
     if not files:
-      raise FileNotFoundError(f"{path}: no *.jsonl / *.jsonl.gz files")
+      raise DataError(path, None, None, "no *.jsonl or *.jsonl.gz file in this directory")
   else:
     files = [path]
   for f in files:
-    if not os.path.isfile(f):
-      raise DataError(f, None, "<file>", "no such file")
+    json_stream.check_readable(f)
   return _stream(files, require_answers, max_examples)

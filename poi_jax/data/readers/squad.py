@@ -49,9 +49,13 @@ def _article_examples(path: str, n: int, article, require_answers: bool
     for q_i, qa in enumerate(_list(path, where, "qas", para.get("qas"))):
       if not isinstance(qa, dict):
         raise DataError(path, f"{where}.qas[{q_i}]", "qas", "each question must be an object")
-      qid = qa.get("id", "<no id>")
-      if not isinstance(qid, str) or not qid:
-        raise DataError(path, f"{where}.qas[{q_i}]", "id", "missing or not a string")
+      # No default id: SQuAD's evaluator and the predictions file key each answer by its id,
+      # so a made-up one would either collide (every question "<no id>") or name a question
+      # its author cannot find; the file is what needs fixing.
+      qid = qa.get("id")
+      if not isinstance(qid, str) or not qid.strip():
+        raise DataError(path, f"{where}.qas[{q_i}]", "id",
+                        "missing, empty or not a string (every question needs its unique id)")
       if not isinstance(context, str):
         raise DataError(path, qid, "context", "missing or not a string")
       if not isinstance(qa.get("question"), str):
@@ -77,9 +81,12 @@ def read_squad(path: str, *, require_answers: bool = True) -> Iterator[SquadExam
   missing, empty or unreadable file raises here, at the call).
 
   ``answer_start`` outside the context or a missing field is a `DataError` naming the file, the
-  question id and the field, raised when the stream reaches that question. (An ``answer_start``
-  whose text does not match the context is kept here; the feature builder counts and reports
-  it, as the original pipeline skips it.) ``require_answers=False`` (prediction on unlabelled
+  question id and the field, raised when the stream reaches that question; a question without
+  an ``id`` names its position (``data[i].paragraphs[j].qas[k]``). What
+  `poi_jax.data.json_stream` refuses in any file (nesting, long numbers, lone surrogates, NUL
+  bytes, a corrupt compressed file...) names the article (``#i``), the field and the position.
+  (An ``answer_start`` whose text does not match the context is kept here; the feature builder
+  counts and reports it, as the original pipeline skips it.) ``require_answers=False`` (prediction on unlabelled
   questions) accepts questions without answers.
   """
   path = os.fspath(path)

@@ -61,6 +61,35 @@ def _texts(v: Any) -> list[str]:
   return [_text(x) for x in list(v)]
 
 
+def _rows(rows: Iterable, source: str) -> Iterator[tuple[int, Any]]:
+  """``(index, row)``; a row that TFDS cannot read back (a corrupt record file) is a `DataError`
+  naming the source and the row."""
+  it = iter(rows)
+  i = 0
+  while True:
+    try:
+      row = next(it)
+    except StopIteration:
+      return
+    except Exception as e:  # noqa: BLE001 - TFDS's storage raises its own types
+      raise DataError(source, f"#{i}", None, f"cannot read this row ({type(e).__name__}: "
+                      f"{str(e)[:200]})") from None
+    yield i, row
+    i += 1
+
+
+def _decoded(rows: Iterable, source: str, convert) -> Iterator:
+  """``convert(index, row)`` for each row; bytes that are not UTF-8 are a `DataError` naming
+  the source and the row (TFDS stores text as UTF-8 bytes)."""
+  for i, row in _rows(rows, source):
+    try:
+      out = convert(i, row)
+    except UnicodeDecodeError as e:
+      raise DataError(source, f"#{i}", None, f"not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                      f"at offset {e.start})") from None
+    yield from out
+
+
 def _answers(src: str, qid: str, field: str, value, context: str) -> list[dict]:
   if value is None:
     return []
@@ -81,40 +110,49 @@ def squad_records(rows: Iterable, source: str, *, require_answers: bool = True
   """TFDS ``squad`` rows (``id, title, context, question, answers{text, answer_start}`` and, for
   v2.0, ``is_impossible, plausible_answers``) -> records, one at a time, validated like
   `read_squad`."""
-  for i, row in enumerate(rows):
-    qid = _text(row.get("id", f"#{i}"))
-    for field in ("context", "question"):
-      if field not in row:
-        raise DataError(source, qid, field, "missing")
-    context, question = _text(row["context"]), _text(row["question"])
-    impossible = bool(row.get("is_impossible", False))
-    answers = _answers(source, qid, "answers", row.get("answers"), context)
-    plausible = _answers(source, qid, "plausible_answers", row.get("plausible_answers"), context)
-    if impossible:
-      answers = []  # TFDS v2.0 stores the plausible answers apart; no gold answer
-    if require_answers and not impossible and not answers:
-      raise DataError(source, qid, "answers", "an answerable question without answers")
-    yield SquadExample(qid, question, context, answers, impossible, plausible,
-                       _text(row.get("title", "")), source)
+  return _decoded(rows, source, lambda i, row: _squad_row(i, row, source, require_answers))
+
+
+def _squad_row(i: int, row, source: str, require_answers: bool) -> list[SquadExample]:
+  qid = _text(row.get("id", f"#{i}"))
+  for field in ("context", "question"):
+    if field not in row:
+      raise DataError(source, qid, field, "missing")
+  context, question = _text(row["context"]), _text(row["question"])
+  impossible = bool(row.get("is_impossible", False))
+  answers = _answers(source, qid, "answers", row.get("answers"), context)
+  plausible = _answers(source, qid, "plausible_answers", row.get("plausible_answers"), context)
+  if impossible:
+    answers = []  # TFDS v2.0 stores the plausible answers apart; no gold answer
+  if require_answers and not impossible and not answers:
+    raise DataError(source, qid, "answers", "an answerable question without answers")
+  return [SquadExample(qid, question, context, answers, impossible, plausible,
+                       _text(row.get("title", "")), source)]
 
 
 def race_records(rows: Iterable, source: str, level: str) -> Iterator[ChoiceExample]:
   """TFDS ``race`` rows (``article, questions, options, answers`` letters, ``example_id``) ->
   one record per question, one at a time, validated like `read_race`."""
-  for i, row in enumerate(rows):
-    pid = _text(row.get("example_id", f"#{i}"))
-    for field in ("article", "questions", "options", "answers"):
-      if field not in row:
-        raise DataError(source, pid, field, "missing")
-    questions, answers = _texts(row["questions"]), _texts(row["answers"])
-    options = [_texts(o) for o in list(row["options"])]
-    if not len(questions) == len(options) == len(answers):
-      raise DataError(source, pid, "questions", "questions, options and answers differ in count")
-    for j, (q, opts, ans) in enumerate(zip(questions, options, answers)):
-      rid = f"{pid}-{j}"
-      if len(ans) != 1 or ans not in LETTERS[:len(opts)]:
-        raise DataError(source, rid, "answers", f"{ans!r} is not one of the {len(opts)} options")
-      yield ChoiceExample(rid, _text(row["article"]), q, opts, LETTERS.index(ans), source, level)
+  return _decoded(rows, source, lambda i, row: _race_row(i, row, source, level))
+
+
+def _race_row(i: int, row, source: str, level: str) -> list[ChoiceExample]:
+  pid = _text(row.get("example_id", f"#{i}"))
+  for field in ("article", "questions", "options", "answers"):
+    if field not in row:
+      raise DataError(source, pid, field, "missing")
+  questions, answers = _texts(row["questions"]), _texts(row["answers"])
+  options = [_texts(o) for o in list(row["options"])]
+  if not len(questions) == len(options) == len(answers):
+    raise DataError(source, pid, "questions", "questions, options and answers differ in count")
+  article = _text(row["article"])
+  out = []
+  for j, (q, opts, ans) in enumerate(zip(questions, options, answers)):
+    rid = f"{pid}-{j}"
+    if len(ans) != 1 or ans not in LETTERS[:len(opts)]:
+      raise DataError(source, rid, "answers", f"{ans!r} is not one of the {len(opts)} options")
+    out.append(ChoiceExample(rid, article, q, opts, LETTERS.index(ans), source, level))
+  return out
 
 
 def network_reachable(host: str = "storage.googleapis.com", timeout: float = 3.0) -> bool:
