@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Multi-node GPU training under SLURM: one poi-jax process per GPU (default) or per host, joined
-# by jax.distributed, which reads SLURM's environment (--distributed=auto).
+# Multi-node training under SLURM: one poi-jax process per GPU (default), per GPU host, or
+# TASKS_PER_NODE per CPU node (PER=cpu), joined by jax.distributed, which reads SLURM's
+# environment (--distributed=auto).
 #
 # Usage (inside an allocation, or submitted with sbatch):
 #   NODES=4 GPUS_PER_NODE=8 launch/slurm_gpu.sh [--dry-run] -- \
@@ -11,7 +12,9 @@
 #   NODES           number of nodes (default: SLURM_JOB_NUM_NODES, else 1)
 #   GPUS_PER_NODE   GPUs per node (default: SLURM_GPUS_ON_NODE, else 8)
 #   PER             "gpu": one process per GPU (each sees one GPU); "host": one process per node
-#                   seeing all its GPUs (default gpu)
+#                   seeing all its GPUs; "cpu": TASKS_PER_NODE processes per node on the CPU
+#                   (JAX_PLATFORMS=cpu; CPU clusters, and tests/slow/test_slurm.py) (default gpu)
+#   TASKS_PER_NODE  PER=cpu: processes per node (default 1)
 #   PYTHON          interpreter on the nodes (default python)
 #   SRUN_ARGS       extra srun arguments (partition, account, container flags ...)
 # The workdir must be on a file system every node sees (checkpoints are written by all
@@ -41,7 +44,8 @@ SRUN_ARGS="${SRUN_ARGS:-}"
 case "${PER}" in
   gpu) TASKS_PER_NODE="${GPUS_PER_NODE}"; GPU_BIND="--gpus-per-task=1" ;;
   host) TASKS_PER_NODE=1; GPU_BIND="--gpus-per-task=${GPUS_PER_NODE}" ;;
-  *) echo "PER must be gpu or host, got '${PER}'" >&2; exit 2 ;;
+  cpu) TASKS_PER_NODE="${TASKS_PER_NODE:-1}"; GPU_BIND=""; export JAX_PLATFORMS=cpu ;;
+  *) echo "PER must be gpu, host or cpu, got '${PER}'" >&2; exit 2 ;;
 esac
 
 CMD=(srun --nodes="${NODES}" --ntasks-per-node="${TASKS_PER_NODE}" ${GPU_BIND}
