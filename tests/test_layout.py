@@ -1,5 +1,5 @@
 """The package's shape (docs/architecture.md): no import-time side effects, one home per helper,
-files of one job, a registry that finds every task."""
+modules by concept (no line cap: issue 38), a registry that finds every task."""
 import ast
 import pathlib
 import subprocess
@@ -9,7 +9,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "poi_jax"
-MAX_LINES = 400
 
 
 def test_importing_poi_jax_changes_no_global_flax_or_jax_setting():
@@ -43,12 +42,6 @@ assert not changed, changed
 
 def _modules():
   return sorted(p for p in PACKAGE.rglob("*.py"))
-
-
-def test_no_module_is_longer_than_the_limit():
-  long = {str(p.relative_to(ROOT)): n for p in _modules()
-          if (n := len(p.read_text().splitlines())) > MAX_LINES}
-  assert not long, f"split these by job (limit {MAX_LINES} lines): {long}"
 
 
 @pytest.mark.parametrize("name", ["write_json_atomic"])
