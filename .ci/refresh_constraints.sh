@@ -20,8 +20,8 @@ python -m venv "$venv"
   echo "# Refresh on purpose with: bash .ci/refresh_constraints.sh (written $(date -u +%F),"
   echo "# $("$venv/bin/python" --version), pip $("$venv/bin/python" -m pip --version | cut -d' ' -f2))."
   echo "# Check the newest releases without moving the pins: POI_JAX_UNPINNED=1 bash .ci/run"
-  "$venv/bin/python" -m pip freeze --exclude-editable | grep -v -e '^-e ' -e ' @ ' \
-    -e '^pip==' -e '^setuptools==' -e '^wheel==' | sed -E 's/^(torch==[^+]*)\+.*/\1/' | LC_ALL=C sort -f
+  "$venv/bin/python" -m pip freeze --all --exclude-editable | grep -v -e "^-e " -e " @ " \
+    -e '^pip==' | sed -E 's/^(torch==[^+]*)\+.*/\1/' | LC_ALL=C sort -f
 } > constraints.txt.tmp
 git diff --no-index --stat constraints.txt constraints.txt.tmp || true
 mv constraints.txt.tmp constraints.txt
