@@ -202,7 +202,7 @@ class Batcher:
     alone). Records are numbered 0..n-1 in the batch."""
     if batch.kind != "answer":
       return [batch]
-    batch.records = [dataclasses.replace(j.record, qid=str(i)) for i, j in enumerate(batch.jobs)]
+    batch.records = _numbered(batch.jobs)
     try:
       features = self.reader.featurize(batch.records)
     except Exception as e:
@@ -226,8 +226,7 @@ class Batcher:
     if len(keep) < len(batch.jobs):  # cut the refused passages' windows out, nothing recomputed
       features = _take(features, keep)
       batch.jobs = [batch.jobs[i] for i in keep]
-      batch.records = [dataclasses.replace(j.record, qid=str(i))
-                       for i, j in enumerate(batch.jobs)]
+      batch.records = _numbered(batch.jobs)
     batch.features = features
     return [batch]
 
@@ -253,8 +252,7 @@ class Batcher:
     if batch.kind == "answer":
       batch.outputs = self.reader.predict(batch.features, explain=batch.explain)
     else:  # multiple choice: the whole Reader call (its tokenizer is used from this thread only)
-      batch.records = [dataclasses.replace(j.record, qid=str(i))
-                       for i, j in enumerate(batch.jobs)]
+      batch.records = _numbered(batch.jobs)
       batch.outputs = self.reader.choose_records(batch.records)
 
   def _modelled(self, batch: _Batch) -> list[_Batch]:
@@ -329,6 +327,12 @@ def _error(e: Exception, stage: str) -> Exception:
     return InputError(422, field, str(e))
   logging.error("%s a question failed alone", stage, exc_info=e)
   return ServerFault(stage, e)
+
+
+def _numbered(jobs) -> list:
+  """The jobs' records with ids ``0..n-1``: the position in the batch, what the decoder's
+  predictions are keyed by (a client's own ids may repeat across requests)."""
+  return [dataclasses.replace(j.record, qid=str(i)) for i, j in enumerate(jobs)]
 
 
 def _take(features, examples: list[int]):
