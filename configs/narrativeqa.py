@@ -23,7 +23,7 @@ holding ``qaps.csv`` (+ ``summaries.csv`` or ``third_party/wikipedia/summaries.c
 """
 import ml_collections
 
-from configs import base
+from poi_jax.config import base
 
 
 def _dassa() -> ml_collections.ConfigDict:

@@ -9,8 +9,9 @@ Variants:
   from the plain pre-trained ``bert-large-uncased``, the closest hub checkpoint with the same
   architecture, so expect lower scores than the paper's. Pass a SQuAD 2.0 fine-tuned BERT-large
   (e.g. one trained with ``configs/squad2.py`` and exported) as ``--config.model.init_from``.
-* ``tiny``: the small random ALBERT of `configs/base.py`, max length 128, 1 graph layer, small
-  graph capacities: CPU tests and smoke runs (pass ``--config.data.train_file``/``eval_file``).
+* ``tiny``: the small random ALBERT of `poi_jax.config.base`, max length 128, 1 graph layer,
+  small graph capacities: CPU tests and smoke runs (pass ``--config.data.train_file`` /
+  ``eval_file``).
 * ``minilm``: the real all-MiniLM-L6-v2 encoder (offline), 2 graph layers, max length 256.
 
 Data: NQ full-format (``.jsonl.gz``) or simplified files, or a directory of shards. Usage::
@@ -20,7 +21,7 @@ Data: NQ full-format (``.jsonl.gz``) or simplified files, or a directory of shar
 """
 import ml_collections
 
-from configs import base
+from poi_jax.config import base
 
 
 def _graph() -> ml_collections.ConfigDict:

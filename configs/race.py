@@ -4,7 +4,7 @@
 Variants: tiny, minilm, albert_base, albert_xxlarge (the default), duma (the DUMA paper's
 settings), bf16; variants combine (``minilm,bf16``, ``duma,bf16``).
 """
-from configs import base, heads
+from poi_jax.config import base, heads
 
 
 def _tiny(c):

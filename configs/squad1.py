@@ -9,8 +9,7 @@ the SQuAD 2.0 sample shipped in the package, README "CPU quickstart"), ``albert_
   python -m poi_jax.main --config=configs/squad1.py:tiny --workdir=/tmp/run \
       --config.data.train_file=../shared/data/squad1/squad1-dev-subset.json
 """
-from configs import base, heads
-
+from poi_jax.config import base, heads
 
 
 def _minilm_cpu(c):

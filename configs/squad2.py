@@ -7,7 +7,7 @@ offline), ``albert_base`` and ``albert_xxlarge`` (the paper's Table 2: lr 1e-5, 
 
   python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run --mode=train_and_eval
 """
-from configs import base, heads
+from poi_jax.config import base, heads
 
 
 def _tiny(c):

@@ -100,7 +100,7 @@ def check_workdir(workdir: str) -> None:
     raise ConfigError(f"--workdir={workdir}: {existing} is not writable")
 
 
-# The caps a variant sets for its own files (configs/base.py: use_variant_data), by the split
+# The caps a variant sets for its own files (poi_jax/config/base.py: use_variant_data), by the split
 # whose file they belong to, with the value that means "no cap".
 VARIANT_CAPS = {
     "train": {"max_train_examples": -1},

@@ -46,7 +46,7 @@ _applied: dict[str, object] = {}
 
 
 def defaults() -> ml_collections.ConfigDict:
-  """The runtime section of `configs/base.py` (for configs written before it existed)."""
+  """The runtime section of `poi_jax/config/base.py` (for configs written before it existed)."""
   c = ml_collections.ConfigDict()
   c.compilation_cache_dir = ""
   c.cpu_malloc = "reuse"

@@ -1,6 +1,7 @@
-"""Every relative link and ``#anchor`` in README.md, docs/ and bench/README.md resolves (issue 38,
-item 8): a moved or renamed page or heading fails here, not in a reader's browser. Anchors follow
-GitHub's rule: the heading lowercased, punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+"""Every relative link and ``#anchor`` in README.md, docs/, bench/README.md and
+experiments/README.md resolves (issue 38, item 8): a moved or renamed page or heading fails here,
+not in a reader's browser. Anchors follow GitHub's rule: the heading lowercased, punctuation but
+``-`` and ``_`` dropped, spaces to ``-``."""
 import pathlib
 import re
 
@@ -9,7 +10,8 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def _pages(root: pathlib.Path) -> list[pathlib.Path]:
-  return [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "bench" / "README.md"]
+  return [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "bench" / "README.md",
+          root / "experiments" / "README.md"]
 
 
 def slug(heading: str) -> str:
@@ -50,6 +52,8 @@ def test_the_check_finds_a_planted_broken_link_and_anchor(tmp_path):
   (tmp_path / "docs").mkdir()
   (tmp_path / "bench").mkdir()
   (tmp_path / "bench" / "README.md").write_text("# Bench\n")
+  (tmp_path / "experiments").mkdir()
+  (tmp_path / "experiments" / "README.md").write_text("# Experiments\n")
   (tmp_path / "docs" / "a.md").write_text("# The papers' claims\n\n```\n# not a heading\n```\n")
   (tmp_path / "README.md").write_text(
       "[ok](docs/a.md#the-papers-claims) [gone](docs/b.md) [moved](docs/a.md#not-a-heading) "

@@ -191,3 +191,70 @@ def _check_tiny_variant_split(task, read):
   assert len(evaluation) == c.data.max_eval_examples
   assert not {text(r) for r in train} & {text(r) for r in evaluation}
   assert not {r.qid for r in train} & {r.qid for r in evaluation}
+
+
+# Issue 38 item 6: the config files import only poi_jax (their shared builders are
+# `poi_jax.config`), so they load from any working directory, from a plain install, and as a copy
+# a user edits elsewhere: never through the repository root on sys.path.
+CONFIGS = ROOT / "configs"
+_LOAD = r"""
+import importlib.util, sys
+from absl import flags
+from ml_collections import config_flags
+import poi_jax
+# Neither the repository nor its configs/ package is importable here: as after a non-editable
+# install, with the working directory elsewhere.
+assert importlib.util.find_spec("configs") is None, "the repository is on sys.path"
+for arg in sys.argv[1:]:
+  fv = flags.FlagValues()  # main.py's --config, as main.py defines it
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True)
+  fv(["main", f"--config={arg}"])
+  c = fv.config
+  print(arg, c.task, c.train.epochs, c.train.max_steps, c.model.init_from or "-")
+print("poi_jax from", poi_jax.__file__)
+"""
+
+
+def _elsewhere(tmp_path, *args, module=None):
+  """Runs ``python -c _LOAD args`` (or ``python -m module args``) in ``tmp_path`` with a sys.path
+  that holds poi_jax (a link to this checkout's package) and not the repository root."""
+  import os
+  site = tmp_path / "site"
+  site.mkdir(exist_ok=True)
+  if not (site / "poi_jax").exists():
+    (site / "poi_jax").symlink_to(ROOT / "poi_jax", target_is_directory=True)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["PYTHONPATH"] = str(site)
+  argv = ["-m", module] if module else ["-c", _LOAD]
+  return subprocess.run([sys.executable, *argv, *args], capture_output=True, text=True,
+                        timeout=300, cwd=tmp_path, env=env)
+
+
+def test_every_config_file_loads_from_another_directory(tmp_path):
+  files = sorted(p for p in CONFIGS.glob("*.py") if p.name != "__init__.py")
+  r = _elsewhere(tmp_path, *(f"{p}:tiny" for p in files))
+  assert r.returncode == 0, r.stderr[-3000:]
+  loaded = {line.split()[0]: line.split()[1] for line in r.stdout.splitlines()[:-1]}
+  assert loaded == {f"{p}:tiny": p.stem for p in files}  # each file's own task
+  assert f"poi_jax from {tmp_path / 'site' / 'poi_jax'}" in r.stdout  # not an installed copy
+
+
+def test_main_runs_a_config_by_absolute_path_from_another_directory(tmp_path):
+  r = _elsewhere(tmp_path, f"--config={CONFIGS / 'squad2.py'}:tiny",
+                 f"--workdir={tmp_path / 'run'}", "--mode=describe", module="poi_jax.main")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stdout.startswith("squad2: random albert + poi") and "parameters:" in r.stdout
+  assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["max_steps"] == 20
+
+
+def test_a_copied_and_edited_config_file_loads(tmp_path):
+  text = (CONFIGS / "squad2.py").read_text()
+  assert text.count("c.train.epochs = 2.0") == 1
+  mine = tmp_path / "my_squad2.py"
+  mine.write_text(text.replace("c.train.epochs = 2.0", "c.train.epochs = 3.5"))
+  r = _elsewhere(tmp_path, f"{mine}:tiny", f"{mine}", "my_squad2.py:minilm")
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stdout.splitlines()[:3] == [
+      f"{mine}:tiny squad2 3.5 20 -",  # the edit, with the tiny variant applied after it
+      f"{mine} squad2 3.5 -1 albert/albert-xxlarge-v2",
+      "my_squad2.py:minilm squad2 3.5 -1 minilm"]  # relative to the working directory

@@ -8,7 +8,7 @@ reading comprehension, on ALBERT, BERT or RoBERTa encoders.
 * Iterative co-attention (§2.2-2.3, `poi_jax.layers.poi_coattention`): ``variant="paper"``
   (``turns``, ``strategy``), ``"released"`` (``nan_guard``) or ``"none"`` (plain encoder baseline,
   for the paper's Table 4 ablations together with ``pos_embedding=False``). The keyword arguments
-  are the keys of the configs' ``model.coattention`` section (`configs/heads.py`).
+  are the keys of the configs' ``model.coattention`` section (`poi_jax/config/heads.py`).
 * Heads (§2.4): QA = Linear D->2 on the co-attended sequence, start/end cross-entropy averaged as
   transformers does; multiple choice = per option max-pool of the co-attended sequence over the
   tokens of its two domains, Linear D->1, softmax over options. The released multiple-choice code

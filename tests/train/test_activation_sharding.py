@@ -90,7 +90,7 @@ def test_constrain_is_identity_without_rules_or_on_one_device():
 
 def test_every_rule_of_the_base_config_is_read():
   """Each logical name of ``mesh.rules`` is used by a parameter or an activation."""
-  from configs import base
+  from poi_jax.config import base
   names = {name for name, _ in base.get_base_config().mesh.rules}
   src = "".join(p.read_text() for p in (ROOT / "poi_jax").rglob("*.py"))
   unread = {n for n in names if f'"{n}"' not in src}

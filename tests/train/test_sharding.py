@@ -98,7 +98,7 @@ _FFN_OUT = ("[0]['encoder']['encoder']['albert_layer_groups'][0]['albert_layers'
 _LN = "[0]['encoder']['embeddings']['LayerNorm']['scale'].value"
 _MU_QUERY = _QUERY.replace("[0]", "[1]['opt_state'][1][0]['mu']", 1)
 
-# Expected placements, from configs/base.py's rules: vocab->tensor, embed->fsdp, mlp->tensor,
+# Expected placements, from poi_jax/config/base.py's rules: vocab->tensor, embed->fsdp, mlp->tensor,
 # heads->tensor; an axis of size 1 is not used (the dimension stays replicated).
 EXPECTED = {
     (1, 1, 1): {_WORD: "(None, None)", _QUERY: "(None, None)", _FFN_OUT: "(None, None)",

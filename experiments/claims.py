@@ -1,20 +1,20 @@
 r"""The papers' claims as paired comparisons, with their per-seed scores kept in the repository.
 
-  python bench/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
+  python experiments/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
       --device="NVIDIA H100 80GB HBM3" --date=2026-11-25 --software="jax 0.11.2, flax 0.12.10" \
-      --command="bash bench/ablations.sh run squad2"     # after a run: its rows into the file
-  python bench/claims.py table                          # the claims table of docs/results.md
+      --command="bash experiments/ablations.sh run squad2"   # after a run: its rows into the file
+  python experiments/claims.py table                        # the claims table of docs/results.md
 
 ``docs/claims.json`` holds two things:
 
 * ``claims``: each claim as two cells of one measurement (the component and its ablation; an
   ``ablation_measurement`` when the baseline runs another config), the metric that decides it
   and the paper's own numbers. Written by hand: the protocol is fixed before the runs.
-* ``measurements``: per measurement (a `bench/ablations.sh` name), its command, device, software
-  and date, and per cell the score of every seed and metric. ``merge`` adds a run's seeds from
-  `bench/ablation.py`'s ``ablation.json``; seeds already there are replaced only if the command is
-  the same (a run with other settings is another measurement, never a silent mix), so an
-  interrupted sweep, a later run with more seeds or a GPU run adds to the same rows.
+* ``measurements``: per measurement (an `experiments/ablations.sh` name), its command, device,
+  software and date, and per cell the score of every seed and metric. ``merge`` adds a run's seeds
+  from `experiments/ablation.py`'s ``ablation.json``; seeds already there are replaced only if the
+  command is the same (a run with other settings is another measurement, never a silent mix), so
+  an interrupted sweep, a later run with more seeds or a GPU run adds to the same rows.
 
 Statistics (``table``): per cell mean ± sample standard deviation over its seeds; per claim the
 paired difference (component minus ablation) over the seeds both cells ran (cells of one
@@ -135,8 +135,8 @@ def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("action", choices=["merge", "table"])
   p.add_argument("--claims", default=str(CLAIMS))
-  p.add_argument("--measurement", help="merge: the bench/ablations.sh name, e.g. squad2")
-  p.add_argument("--ablation", help="merge: bench/ablation.py's ablation.json")
+  p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
+  p.add_argument("--ablation", help="merge: experiments/ablation.py's ablation.json")
   p.add_argument("--command", help="merge: the command that ran it")
   p.add_argument("--device", help="merge: e.g. 'NVIDIA H100 80GB HBM3' or '2-core CPU'")
   p.add_argument("--date", help="merge: YYYY-MM-DD")

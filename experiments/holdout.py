@@ -1,10 +1,11 @@
 """A held-out split carved from the training data, for choosing hyper-parameters.
 
-  python bench/holdout.py --train_file=../shared/data/dream/train.json --fraction=0.1 --out=DIR
+  python experiments/holdout.py --train_file=../shared/data/dream/train.json --fraction=0.1 \
+      --out=DIR
 
 writes ``DIR/train.<ext>`` and ``DIR/holdout.<ext>`` and prints them. Hyper-parameters must be
 chosen on such a split, never on the articles that are finally evaluated (POI-Net, DUMA and QOPN
-report dev/test scores; a setting picked on them overstates the score). `bench/ablation.py
+report dev/test scores; a setting picked on them overstates the score). `experiments/ablation.py
 --holdout=F` calls :func:`carve` and passes the two files as ``data.train_file``/``eval_file``.
 
 Grouping: whole passages go to one side, so that no passage (and none of its questions) is on both:

@@ -1,4 +1,4 @@
-"""Config sections of the heads that several task configs share (not a runnable config).
+"""Config sections of the heads that several task configs share.
 
 * ``model.coattention``: POI-Net's iterative co-attention (squad1, squad2, race, dream), the
   keyword arguments of `poi_jax.models.poi_net.PoiNetForQuestionAnswering` /

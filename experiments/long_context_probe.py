@@ -1,7 +1,7 @@
 r"""A long-context probe that a sliding window cannot solve: the answer needs a fact from another
 segment of the article (issue 36, item 2; QOPN's claim of "long-range information integration").
 
-  python bench/long_context_probe.py --out=/tmp/probe --seed=0 --train=600 --eval=150 \
+  python experiments/long_context_probe.py --out=/tmp/probe --seed=0 --train=600 --eval=150 \
       --distractors=3                   # NewsQA-format (QOPN) and SQuAD-format (window) files
 
 Each article has ``segments`` paragraphs, each long enough (``filler`` sentences of neutral text)

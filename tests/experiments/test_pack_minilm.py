@@ -1,4 +1,4 @@
-"""bench/pack_minilm.py: pack -> unpack round trip on a small synthetic checkpoint."""
+"""experiments/pack_minilm.py: pack -> unpack round trip on a small synthetic checkpoint."""
 import json
 import pathlib
 import shutil
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from bench import pack_minilm
+from experiments import pack_minilm
 
 
 def _checkpoint(d: pathlib.Path, vocab=1200, dim=4, tokenizer_from=None):

@@ -1,12 +1,13 @@
-"""bench/claims.py: the paired interval on known inputs, the verdicts, merging a run's seeds into
-docs/claims.json, and the committed file itself (every claim names cells its measurement has)."""
+"""experiments/claims.py: the paired interval on known inputs, the verdicts, merging a run's seeds
+into docs/claims.json, and the committed file itself (every claim names cells its measurement
+has)."""
 import json
 import math
 import pathlib
 
 import pytest
 
-from bench import claims
+from experiments import claims
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -56,5 +57,6 @@ def test_the_committed_claims_name_cells_that_were_run():
       if m is not None:  # a measured claim: both cells there, each seed with its metric
         assert cell in m["cells"], f"{c['id']}: {measurement} has no cell {cell}"
         assert all(c["metric"] in s for s in m["cells"][cell]["seeds"].values())
-  # The results page shows the table this file gives (regenerate: python bench/claims.py table).
+  # The results page shows the table this file gives (regenerate:
+  # python experiments/claims.py table).
   assert claims.table(data) in (ROOT / "docs" / "results.md").read_text()

@@ -1,7 +1,7 @@
 r"""Ablation runner: a grid of config overrides times seeds, each run trained and evaluated, and a
 table of the metric's mean and standard deviation over the seeds.
 
-  python bench/ablation.py --config=configs/dream.py:minilm \
+  python experiments/ablation.py --config=configs/dream.py:minilm \
       --grid model.head=none,poi,duma --grid model.pos_embedding=true,false \
       --seeds=3 --workdir=DIR [--parallel=N] [--metrics=accuracy] [--holdout=0.1] \
       [-- --config.train.epochs=3 ...]   # extra flags for every run
@@ -21,9 +21,9 @@ others (failed or interrupted ones; the engine resumes them from their last chec
 ``eval_results.json`` alone does not count: intermediate evaluations write it too. A marker for
 another command (other extra flags) is an error: use another ``--workdir``.
 
-``--holdout=F`` carves a held-out fraction F of the training passages (`bench/holdout.py`) into
-``DIR/holdout/`` and runs every cell on it (train on the rest, evaluate on the held-out part):
-choose hyper-parameters this way, never on the evaluated articles.
+``--holdout=F`` carves a held-out fraction F of the training passages (`experiments/holdout.py`)
+into ``DIR/holdout/`` and runs every cell on it (train on the rest, evaluate on the held-out
+part): choose hyper-parameters this way, never on the evaluated articles.
 
 ``--no_run`` starts nothing and writes the table of what ``DIR`` holds (e.g. after copying back
 the results of several device sessions into one ``DIR``; run the same command with the same
@@ -53,9 +53,9 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: configs/, bench/ and poi_jax/ of this checkout
+sys.path.insert(0, str(ROOT))  # run as a script: experiments/ and poi_jax/ of this checkout
 
-from bench import holdout as holdout_lib  # noqa: E402
+from experiments import holdout as holdout_lib  # noqa: E402
 
 DONE = "DONE.json"
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The measurements of docs/ablations.md, each 3 seeds with the slow suite's settings.
 #
-#   bash bench/ablations.sh carry MEASUREMENT   # here: build .carry/ (wheels, data, MiniLM pack)
-#   source bench/device_setup.sh && bash bench/ablations.sh run MEASUREMENT   # on the device
-#   bash bench/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
+#   bash experiments/ablations.sh carry MEASUREMENT   # here: build .carry/ (wheels, data, MiniLM)
+#   source experiments/device_setup.sh && bash experiments/ablations.sh run MEASUREMENT   # device
+#   bash experiments/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
 #
 # MEASUREMENT: qopn (QOPN vs sliding window), dream1 (plain encoder, POI-Net without POS),
 # dream2 (POI-Net, DUMA), squad2 (plain encoder, POI-Net without POS, POI-Net), nq (graph
@@ -12,7 +12,7 @@
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
 set -euo pipefail
-cmd=${1:?usage: bash bench/ablations.sh carry|run|table MEASUREMENT}
+cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
 what=${2:?measurement: qopn dream1 dream2 squad2 nq}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
@@ -20,7 +20,7 @@ MINILM=${MINILM:-/tmp/minilm}
 DATA=${DATA:-/tmp/data}
 # One evaluation at the end, no intermediate checkpoints, no HuggingFace export (the slow suite's).
 ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config.train.export_best=false"
-RUN="python3 bench/ablation.py --seeds=3"
+RUN="python3 experiments/ablation.py --seeds=3"
 [ "$cmd" = table ] && RUN="$RUN --no_run"
 
 wheels() {  # the packages the device image lacks (docs/ablations.md), for its Python 3.12
@@ -38,17 +38,18 @@ if [ "$cmd" = carry ]; then
   case $what in
     dream1|dream2)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
-      python3 bench/pack_minilm.py pack --data="$SHARED/dream/train.json" \
+      python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
     qopn|squad2)
-      python3 bench/ablation_data.py --out=/tmp/ablation-data --only=squad2,qopn
+      python3 experiments/ablation_data.py --out=/tmp/ablation-data --only=squad2,qopn
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data squad2 qopn
-      python3 bench/pack_minilm.py pack --data="$SHARED/squad2/squad2-dev-subset.json" \
+      python3 experiments/pack_minilm.py pack --data="$SHARED/squad2/squad2-dev-subset.json" \
         --out=.carry/minilm.pack ;;
     nq)  # + spaCy (the sentencizer) and its dependencies: see docs/ablations.md
-      python3 bench/ablation_data.py --out=/tmp/ablation-data --only=nq
+      python3 experiments/ablation_data.py --out=/tmp/ablation-data --only=nq
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data nq
-      python3 bench/pack_minilm.py pack --data=/tmp/ablation-data/nq --out=.carry/minilm.pack ;;
+      python3 experiments/pack_minilm.py pack --data=/tmp/ablation-data/nq \
+        --out=.carry/minilm.pack ;;
     *) echo "unknown measurement $what" >&2; exit 2 ;;
   esac
   du -sh .carry; du -sh --exclude=.git --exclude=.carry . ; exit 0
