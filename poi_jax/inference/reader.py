@@ -37,6 +37,7 @@ from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 from poi_jax.inference import load as load_lib
 from poi_jax.train import export_files
+from poi_jax.train.splits import load_tokenizer
 
 EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 # Passages whose analysis a Reader keeps: a SQuAD-sized passage's is ~10 KB (3 small arrays per
@@ -177,7 +178,6 @@ class Reader:
     if config.model.pos_embedding:
       from poi_jax.data import pos
       pos.ensure_nltk_resources()
-    from poi_jax.train.setup import load_tokenizer
     tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
     return cls(config, task, model, tokenizer=tokenizer, step=step,
                null_threshold=delta if null_threshold is None else null_threshold,

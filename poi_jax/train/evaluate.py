@@ -4,7 +4,7 @@ shard, never the split), write the results together, and export the best encoder
 
 Where files go: while training, into the workdir (``predictions.json``, ``eval_results.json``,
 ...: the latest evaluation's); for ``--mode=eval`` / ``predict``, into the run's own
-``output_dir`` (`poi_jax.train.setup.default_output_dir`), with that evaluation's
+``output_dir`` (`poi_jax.train.run.default_output_dir`), with that evaluation's
 ``config.json``, so the training run's files are never touched. One evaluation's files are
 written as they are decoded into a staging directory, then moved into place together.
 """
@@ -18,10 +18,10 @@ import jax
 from flax import nnx
 from tqdm import tqdm
 
-from poi_jax import faults
 from poi_jax.io import default_mode, write_json_atomic
 from poi_jax.train import eval_stream, export_files, placement
-from poi_jax.train.setup import config_dict
+from poi_jax.train import faults
+from poi_jax.train.run import config_dict
 
 
 def _publish(staging: str, out_dir: str, whole_dir: bool) -> None:
