@@ -13,7 +13,7 @@ setup(
     # demo page (python -m poi_jax.serve): static files, no build step.
     package_data={"poi_jax.data.features": ["pdtb_connectives.txt"],
                   "poi_jax.sample_data": ["squad2-dev-subset.json.xz", "NOTICE"],
-                  "poi_jax": ["static/*"],
+                  "poi_jax.serve": ["static/*"],
                   # the native CPU attention kernel's source, compiled on first use
                   # (poi_jax/layers/cpu_attention.py)
                   "poi_jax.layers": ["cpu_attention.cc"]},

@@ -45,10 +45,10 @@ def _bench(name, task, config, records, tokenizer, workers, cache_root):
   config.model.pos_embedding = True
   config.data.num_workers = max(workers)
   config.data.cache_dir = os.path.join(cache_root, name)
-  from poi_jax.train import data as data_lib
+  from poi_jax.train import splits as splits_lib
 
   def shards():  # build the missing feature shards (none the 2nd time) and load them
-    split = data_lib.prepare_split(task, config, "eval", tokenizer, records=iter(records),
+    split = splits_lib.prepare_split(task, config, "eval", tokenizer, records=iter(records),
                                    progress=False)
     return [split.shard_features(i) for i in range(split.manifest["num_shards"])]
   row["cold"], _ = _time(shards)

@@ -110,7 +110,7 @@ def speed() -> None:
   """CPU seconds: the byte checks alone (16 kB pieces, as the parser reads) and the whole read
   (`iter_array`: checks, yajl, the items built), on the SQuAD sample repeated 25 times."""
   from poi_jax.data import json_stream
-  from poi_jax.data.records import load_json
+  from poi_jax.data.json_stream import load_json
   sample = load_json(str(ROOT / "poi_jax" / "sample_data" / "squad2-dev-subset.json.xz"))
   with tempfile.TemporaryDirectory() as d:
     path = pathlib.Path(d) / "squad40.json"

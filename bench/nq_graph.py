@@ -69,7 +69,7 @@ def main():
   import optax
   from flax import nnx
 
-  from poi_jax import graph_layout
+  from poi_jax.data.features import graph_layout
   from poi_jax.layers import graph as g
   from poi_jax.models import encoders, nq_graph
 

@@ -24,13 +24,14 @@ _REPEATS = flags.DEFINE_integer("repeats", 1, "Children per way (the table shows
 _CHILD = r"""
 import json, os, resource, sys, time
 from flax import nnx
-from poi_jax import reader_load as reader_lib
-from poi_jax.reader import Reader
+from poi_jax.inference import load as reader_lib
+from poi_jax.inference.reader import Reader
 
 way, path = sys.argv[1], sys.argv[2]
 if way == "model+optimizer":  # the restore Reader.load did before: both, then keep the model
   def _from_workdir(path, step):
-    from poi_jax import export_files, tasks
+    from poi_jax import tasks
+    from poi_jax.train import export_files
     from poi_jax.train import checkpoint as ckpt_lib
     from poi_jax.train import optim
     raw = json.load(open(os.path.join(path, "config.json")))

@@ -53,8 +53,8 @@ def _measure(path: str, cpu_malloc: str) -> dict:
   os.environ.setdefault("TQDM_DISABLE", "1")
   from poi_jax.data import readers
   from poi_jax.data.records import SquadExample
-  from poi_jax.reader import Reader
-  from poi_jax.serve_batching import warm_up
+  from poi_jax.inference.reader import Reader
+  from poi_jax.serve.batching import warm_up
   reader = Reader.load(path, batch_size=32, cpu_malloc=cpu_malloc)
   warm_up(reader, 32)
   records = [SquadExample(str(i), r.question, r.context, [], False, [], "", "<bench>")

@@ -8,7 +8,7 @@ error), writes it to ``<workdir>/config.json``, prints the model's parameter cou
 and what the head adds over it) and runs the engine (`poi_jax.train.loop`) in ``--mode``.
 
 ``--mode=prepare`` featurizes the config's splits into feature shards in ``data.cache_dir``
-(default ``<workdir>/cache``; `poi_jax.train.data`) and stops; the engine's modes build the
+(default ``<workdir>/cache``; `poi_jax.train.prepare`) and stops; the engine's modes build the
 missing shards first, so it is optional (a cluster runs it once, on every host).
 
 Multi-host: ``--coordinator_address=HOST:PORT --num_processes=N --process_id=I`` (the local and
@@ -35,11 +35,16 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poi_jax import config_checks, runtime, tasks
+from poi_jax import runtime, tasks
 from poi_jax.data.pos import NltkResourceError
-from poi_jax.faults import RunFault
 from poi_jax.io import write_json_atomic
 from poi_jax.models import encoders
+from poi_jax.train import config_checks
+from poi_jax.train.faults import RunFault
+
+# The engine's modules (the loop, orbax, the distributed watchdog) are imported inside the
+# functions that use them, so that a run loads only what its mode needs; none of them imports this
+# module.
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
@@ -143,9 +148,9 @@ def main(argv):
                        f"prepare the shards with Beam first, then run --mode={mode}")
     init_distributed(config)
     if mode == "prepare":
-      from poi_jax.train import data as data_lib
+      from poi_jax.train import prepare as prepare_lib
       print(config_summary(config))
-      data_lib.prepare(config, workdir, beam_options=_BEAM.value)
+      prepare_lib.prepare(config, workdir, beam_options=_BEAM.value)
       return 0
     describe(config, workdir, write_config=mode == "describe")
     if mode != "describe":

@@ -1,4 +1,5 @@
-r"""Answers a JSON-lines file of questions with a trained model (`poi_jax.reader.Reader`).
+r"""Answers a JSON-lines file of questions with a trained model
+(`poi_jax.inference.reader.Reader`).
 
   python -m poi_jax.predict --model=/tmp/squad-tiny --input=questions.jsonl \
       --output=answers.jsonl
@@ -18,7 +19,7 @@ object per input line:
 Hostile input (issue 35). The input file is checked before the model is loaded: a file that is
 missing, a directory, unreadable, empty (or blank), compressed, UTF-16/32, or with no line in
 UTF-8 ends the run in one ``error: <file>: ...`` line, exit 1. Each line is then parsed on its
-own (`poi_jax.serve_requests.loads`: strict UTF-8, at most ``MAX_DEPTH`` nested arrays/objects,
+own (`poi_jax.serve.requests.loads`: strict UTF-8, at most ``MAX_DEPTH`` nested arrays/objects,
 numbers never converted when too long or beyond the float range); a bad line (not UTF-8, not
 JSON, too deep, a missing or ill-typed field, an empty text or one with a lone surrogate, an
 integer id of more than ``MAX_NUMBER_CHARS`` digits, a question the featurizer refuses) is
@@ -45,7 +46,7 @@ from poi_jax.data.pos import NltkResourceError
 from poi_jax.data.records import ChoiceExample, SquadExample, clip
 from poi_jax.io import default_mode
 from poi_jax.models.encoders import CheckpointError
-from poi_jax.serve_requests import (MAX_DEPTH, MAX_NUMBER_CHARS, InputError,  # noqa: F401
+from poi_jax.serve.requests import (MAX_DEPTH, MAX_NUMBER_CHARS, InputError,  # noqa: F401
                                     JSONProblem, brief, check_options, field_name, loads)
 
 _MODEL = flags.DEFINE_string("model", None, "A poi-jax workdir or its export/ directory.")
@@ -129,7 +130,7 @@ def read_lines(path: str) -> list[tuple[int, bytes]]:
 
 
 def _text(obj: dict, field: str, path: str, line: int, *alternatives: str) -> str:
-  from poi_jax.reader import text_problem
+  from poi_jax.inference.reader import text_problem
   for name in (field, *alternatives):
     if name in obj:
       problem = text_problem(obj[name])
@@ -150,7 +151,7 @@ def parse_line(raw: bytes | str, path: str, line: int, extractive: bool):
     raise LineError(path, line, field_name(where), e.problem) from None
   if not isinstance(obj, dict):
     raise LineError(path, line, "<line>", f"expected a JSON object, got {brief(obj)}")
-  from poi_jax.reader import text_problem
+  from poi_jax.inference.reader import text_problem
   qid = obj.get("id", str(line))
   # An id is written back as it came: a string (UTF-8: no lone surrogate) or a plain integer.
   if isinstance(qid, str):
@@ -271,7 +272,7 @@ def predict_file(reader, input_path: str, output_path: str, *, err=sys.stderr) -
 def _saved_task(model: str) -> str | None:
   """The task in the model's saved config (an export's or a workdir's), read without loading
   anything; None when it cannot be read (then `Reader.load` says why)."""
-  from poi_jax.export_files import CONFIG_FILE, READABLE
+  from poi_jax.train.export_files import CONFIG_FILE, READABLE
   for name in (CONFIG_FILE, "config.json"):
     try:
       with open(os.path.join(model, name)) as f:
@@ -295,10 +296,10 @@ def main(argv):
     task = _saved_task(_MODEL.value)
     parsed = None
     if task is not None:
-      from poi_jax.export_files import EXTRACTIVE
+      from poi_jax.train.export_files import EXTRACTIVE
       parsed = parse_lines(lines, path, task in EXTRACTIVE)
       _need_questions(*parsed, path)
-    from poi_jax.reader import Reader
+    from poi_jax.inference.reader import Reader
     reader = Reader.load(_MODEL.value, null_threshold=_NULL_THRESHOLD.value,
                          batch_size=_BATCH_SIZE.value)
     if parsed is None:

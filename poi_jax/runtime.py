@@ -1,7 +1,7 @@
 """Process-wide runtime settings the entry points apply before JAX starts its backend.
 
-``configure(config.runtime)`` is called by `poi_jax.main`, `poi_jax.reader.Reader.load` and the
-benchmarks in ``bench/``; importing a module of poi_jax changes nothing (tests/test_layout.py).
+``configure(config.runtime)`` is called by `poi_jax.main`, `poi_jax.inference.reader.Reader.load`
+and the benchmarks in ``bench/``; importing a module of poi_jax changes nothing (tests/test_layout.py).
 A library user who builds the engine's pieces directly calls it once, first thing. Three knobs:
 
 * ``compilation_cache_dir``: JAX's persistent compilation cache, so that a second run (a second
@@ -18,8 +18,8 @@ A library user who builds the engine's pieces directly calls it once, first thin
   trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on). The
   price: the process keeps its peak heap (resident memory 3.2-4.3 GB against 2.3 GB for that
   step), and a program that drops a large *result* every call can fragment the heap and grow;
-  so `poi_jax.reader.Reader` (a long-lived server) keeps ``"system"``. It must run before XLA's
-  threads first allocate, i.e. before the backend starts. ``"system"``: glibc's defaults. (glibc's
+  so `poi_jax.inference.reader.Reader` (a long-lived server) keeps ``"system"``. It must run
+  before XLA's threads first allocate, i.e. before the backend starts. ``"system"``: glibc's defaults. (glibc's
   ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, is another remedy: 2 MiB
   pages, 600 faults a step, no retained memory.)
 * ``xla_cpu_flags``: XLA flags added to ``$XLA_FLAGS`` for CPU-only runs (``JAX_PLATFORMS=cpu``

@@ -29,7 +29,7 @@ EXTRA_PARITY = pathlib.Path(os.environ.get("POI_JAX_PARITY") or SHARED / "parity
 # Research-only data (DREAM, RACE; NLTK's data for offline runs): never in the repository.
 DATA = pathlib.Path(os.environ.get("POI_JAX_DATA") or SHARED / "data")
 # The SQuAD 2.0 sample shipped as package data (12 articles, 4,449 questions; xz, which every
-# reader opens as it is: read it with poi_jax.data.records.load_json, not json.loads).
+# reader opens as it is: read it with poi_jax.data.json_stream.load_json, not json.loads).
 SQUAD = ROOT / "poi_jax" / "sample_data" / "squad2-dev-subset.json.xz"
 
 # NLTK reads its tagger and punkt from NLTK_DATA, else from its standard places (where

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from configs import dream as dream_config
-from poi_jax import Reader, export_files, tasks
+from poi_jax import Reader, tasks
 from poi_jax.data import readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.train import export_files
 from poi_jax.train import loop
 from tests.conftest import ROOT, SQUAD
 
@@ -373,7 +374,7 @@ def test_import_is_cheap_and_changes_no_setting():
           "print(poi_jax.Reader.__module__)")
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                      env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
-  assert r.stdout.split() == ["False", "False", "poi_jax.reader"], r.stderr[-2000:]
+  assert r.stdout.split() == ["False", "False", "poi_jax.inference.reader"], r.stderr[-2000:]
 
 
 @pytest.mark.required
@@ -385,7 +386,7 @@ def test_the_server_chooses_as_the_reader(dream_run, dream_reader):
   import_or_skip("httpx", "the [test] extra")
   from fastapi.testclient import TestClient
 
-  from poi_jax import serve
+  from poi_jax.serve import app as serve
   records = _eval_records(dream_run, readers.read_dream)[:4]
   expected = dream_reader.choose([r.passage for r in records], [r.question for r in records],
                                  [r.options for r in records])
@@ -420,7 +421,7 @@ def test_the_server_refuses_a_bad_choice_alone(dream_run, dream_reader):
   import_or_skip("httpx", "the [test] extra")
   from fastapi.testclient import TestClient
 
-  from poi_jax import serve
+  from poi_jax.serve import app as serve
   records = _eval_records(dream_run, readers.read_dream)[:3]
   expected = dream_reader.choose([r.passage for r in records], [r.question for r in records],
                                  [r.options for r in records])

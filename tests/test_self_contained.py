@@ -14,9 +14,11 @@ import pytest
 
 from configs import squad1 as squad1_config
 from configs import squad2 as squad2_config
-from poi_jax import config_checks, sample_data, tasks
+from poi_jax import sample_data, tasks
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import read_squad
-from poi_jax.data.records import DataError, load_json
+from poi_jax.data.records import DataError
+from poi_jax.train import config_checks
 from tests import conftest
 from tests.conftest import PARITY, ROOT, SQUAD
 

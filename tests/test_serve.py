@@ -424,14 +424,14 @@ class _BlockingReader:
     return {}
 
   def decode(self, records, features, outputs, *, null_threshold=None, explain=False):
-    from poi_jax.reader import Answer
+    from poi_jax.inference.reader import Answer
     return [Answer(r.context[:1], 0, 1, 1.0, 1.0, False, -1.0) for r in records]
 
 
 def test_a_full_queue_answers_503_with_retry_after(httpx):
   from fastapi.testclient import TestClient
 
-  from poi_jax import serve
+  from poi_jax.serve import app as serve
   reader = _BlockingReader()
   api = serve.create_app(reader, max_batch=1, max_wait_ms=0, max_queue=1, max_windows=0,
                          warmup=False)
@@ -506,7 +506,7 @@ def test_an_exception_inside_a_batch_fails_only_its_question(httpx):
   Before issue 35 one exception settled every question of the batch."""
   from fastapi.testclient import TestClient
 
-  from poi_jax import serve
+  from poi_jax.serve import app as serve
   rounds = [["fault:featurize", "refuse:featurize"], ["fault:model"], ["fault:decode"]]
   for faults in rounds:
     reader = _FaultyReader()

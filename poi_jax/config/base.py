@@ -100,7 +100,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.skip_eval_examples = 0
   # The files a variant set the caps above for (`use_variant_data`): when data.train_file /
   # data.eval_file name another file, the variant's caps are lifted, saying so, unless they are
-  # also given on the command line (poi_jax/config_checks.py: lift_variant_caps).
+  # also given on the command line (poi_jax/train/config_checks.py: lift_variant_caps).
   c.data.caps_train_file = ""
   c.data.caps_eval_file = ""
   # Extractive tasks: drop unanswerable questions when reading (SQuAD 1.1-style training and
@@ -223,7 +223,7 @@ def use_variant_data(c: ml_collections.ConfigDict, train: str, eval_: str, *, ma
   """Points a variant at its own files with caps meant for them (``skip_eval``: where train and
   eval read one file, the eval questions start after the training ones, at the first passage
   training did not see; tests/test_main.py checks that they share no passage). The caps belong
-  to these files: pointed elsewhere, the run lifts them (`poi_jax.config_checks`)."""
+  to these files: pointed elsewhere, the run lifts them (`poi_jax.train.config_checks`)."""
   c.data.train_file, c.data.eval_file = train, eval_
   c.data.caps_train_file, c.data.caps_eval_file = train, eval_
   c.data.max_train_examples = max_train

@@ -723,3 +723,30 @@ def load_text(raw: bytes, path: str):
     raise DataError(path, None, None, f"{why} at line {e.lineno}, column {e.colno}") from None
   except (ValueError, RecursionError) as e:  # the checks above leave none; kept as a net
     raise DataError(path, None, None, f"not valid JSON ({type(e).__name__}: {e})") from None
+
+
+def load_json(path: str):
+  """A JSON data file, or a `DataError` naming the file and what is wrong with it: missing, a
+  directory, empty, not UTF-8 (with the byte offset), over a limit of this module (nesting depth,
+  number length, a lone surrogate escape, a NUL byte: with the line, column and field), truncated or otherwise not JSON (line and column). A gzip or
+  xz file (by its name or its first bytes) is decompressed first (the shipped SQuAD sample is
+  xz); a UTF-8 byte order mark is skipped."""
+  path = os.fspath(path)
+  try:
+    with open_data(path) as f:
+      raw = f.read()
+  except DECOMPRESSION_ERRORS as e:
+    raise DataError(path, None, None, f"cannot decompress it: the file is corrupt or truncated "
+                    f"({type(e).__name__}: {e})") from None
+  except OSError as e:
+    raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
+  bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte order mark
+  raw = raw[bom:]
+  if not raw.strip():
+    raise DataError(path, None, None, "the file is empty")
+  try:
+    raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(path, None, None, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                    f"{bom + e.start}); re-encode it as UTF-8") from None
+  return load_text(raw, path)

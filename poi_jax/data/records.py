@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import numpy as np
 
@@ -23,35 +22,6 @@ class DataError(ValueError):
         ([f"field {clip(repr(field), 100)}"] if field and field != "<file>" else [])
     super().__init__(f"{path}: {', '.join(where) + ': ' if where else ''}{clip(problem)}")
     self.path, self.record, self.field = path, record, field
-
-
-def load_json(path: str):
-  """A JSON data file, or a `DataError` naming the file and what is wrong with it: missing, a
-  directory, empty, not UTF-8 (with the byte offset), over a limit of
-  `poi_jax.data.json_stream` (nesting depth, number length, a lone surrogate escape, a NUL byte:
-  with the line, column and field), truncated or otherwise not JSON (line and column). A gzip or
-  xz file (by its name or its first bytes) is decompressed first (the shipped SQuAD sample is
-  xz); a UTF-8 byte order mark is skipped."""
-  from poi_jax.data import json_stream  # json_stream imports this module
-  path = os.fspath(path)
-  try:
-    with json_stream.open_data(path) as f:
-      raw = f.read()
-  except json_stream.DECOMPRESSION_ERRORS as e:
-    raise DataError(path, None, None, f"cannot decompress it: the file is corrupt or truncated "
-                    f"({type(e).__name__}: {e})") from None
-  except OSError as e:
-    raise DataError(path, None, None, f"cannot read it ({e.strerror or e})") from None
-  bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte order mark
-  raw = raw[bom:]
-  if not raw.strip():
-    raise DataError(path, None, None, "the file is empty")
-  try:
-    raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise DataError(path, None, None, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
-                    f"{bom + e.start}); re-encode it as UTF-8") from None
-  return json_stream.load_text(raw, path)
 
 
 @dataclasses.dataclass

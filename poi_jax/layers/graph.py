@@ -4,7 +4,7 @@ A window's nodes are laid out as one table of ``N = T + S + P + 1`` rows: tokens
 sentences ``[T, T+S)``, paragraphs ``[T+S, T+S+P)`` and the document ``T+S+P`` (the original:
 512/128/64/1 = 705). Edges join the levels (token, sentence, paragraph, document = 0..3) in both
 directions; an edge's type is ``4*src_level + tgt_level`` and its position id indexes a table of
-relational embeddings (`poi_jax.graph_layout`: `EDGE_POS_MAX`, `edge_position`).
+relational embeddings (`poi_jax.data.features.graph_layout`: `EDGE_POS_MAX`, `edge_position`).
 
 Edges arrive per window as ``(B, E)`` int arrays (local node ids, ``-1`` = padding edge), so a
 batch can be split over devices like any other feature; the layers flatten them to
@@ -34,8 +34,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from poi_jax.graph_layout import (DOCUMENT, NUM_EDGE_POSITIONS, PARAGRAPH, SENTENCE, TOKEN,
-                                  NodeLayout, edge_type, relative_indices)
+from poi_jax.data.features.graph_layout import (DOCUMENT, NUM_EDGE_POSITIONS, PARAGRAPH,
+                                                SENTENCE, TOKEN, NodeLayout, edge_type,
+                                                relative_indices)
 from poi_jax.layers import common
 
 FORMULATIONS = ("segment", "dense")

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from poi_jax import graph_layout
+from poi_jax.data.features import graph_layout
 from poi_jax.layers import common
 from poi_jax.layers import graph as g
 
@@ -285,9 +285,9 @@ def load_torch_state_dict(model: nnx.Module, sd: Mapping[str, "np.ndarray"], *,
 
   ``Linear.weight`` -> ``kernel`` (transposed), ``Embedding.weight`` -> ``embedding``,
   ``LayerNorm.weight`` -> ``scale``. The per-level ``indices`` buffers are checked against
-  `poi_jax.graph_layout.relative_indices` (they are recomputed, not stored). Returns the names
-  that are not graph/head tensors (e.g. ``bert.*``, ``config.*``). A tensor whose shape does not
-  match raises ``ValueError`` naming it.
+  `poi_jax.data.features.graph_layout.relative_indices` (they are recomputed, not stored).
+  Returns the names that are not graph/head tensors (e.g. ``bert.*``, ``config.*``). A tensor
+  whose shape does not match raises ``ValueError`` naming it.
   """
   import numpy as np
   unused = []

@@ -71,7 +71,7 @@ class Task:
     describe_head: ``(config, model) -> str``: one line naming the head and its options, printed
       with the parameter count (default: ``model.head``).
     shard_spec: ``(config, tokenizer, split) -> poi_jax.data.shards.ShardSpec``: how the split
-      is featurized into feature shards (`poi_jax.train.data`); the engine reads every split
+      is featurized into feature shards (`poi_jax.train.splits`); the engine reads every split
       through it.
   """
   name: str

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from poi_jax.faults import ProcessLost
+from poi_jax.train.faults import ProcessLost
 
 _CALLBACK_ARG = "missed_heartbeat_callback"
 _STATE: dict = {"address": None, "index": None, "count": None, "fired": threading.Lock()}

@@ -20,8 +20,8 @@ from tqdm import tqdm
 from poi_jax.data.features.base import Features
 from poi_jax.data.loader import eval_batches
 from poi_jax.data.shards import ShardError
-from poi_jax.train import data as data_lib
 from poi_jax.train import placement, watchdog
+from poi_jax.train import splits as splits_lib
 
 
 def predict_by_shard(run, split, batch_size: int, *,
@@ -80,13 +80,13 @@ def chunks(run, split, batch_size: int, *,
   windows. Raises `ShardError` when the source no longer yields the records the shards were
   built from (their count)."""
   task, config = run.task, run.config
-  records = iter(data_lib.stream_records(task, config, split.role))
+  records = iter(splits_lib.stream_records(task, config, split.role))
   manifest = split.shards.manifest
   for index, outputs in predict_by_shard(run, split, batch_size, desc=desc):
     lo, hi = manifest["shards"][index]["records"]
     chunk = list(itertools.islice(records, hi - lo))
     if len(chunk) != hi - lo:
-      raise ShardError(f"data.{data_lib.SPLIT_FILES[split.role]} yields {lo + len(chunk)} "
+      raise ShardError(f"data.{splits_lib.SPLIT_FILES[split.role]} yields {lo + len(chunk)} "
                        f"records, the feature shards in {split.shards.directory} were built "
                        f"from {manifest['num_examples']}")
     features = split.shards.shard_features(index)

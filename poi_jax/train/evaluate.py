@@ -4,7 +4,7 @@ shard, never the split), write the results together, and export the best encoder
 
 Where files go: while training, into the workdir (``predictions.json``, ``eval_results.json``,
 ...: the latest evaluation's); for ``--mode=eval`` / ``predict``, into the run's own
-``output_dir`` (`poi_jax.train.setup.default_output_dir`), with that evaluation's
+``output_dir`` (`poi_jax.train.run.default_output_dir`), with that evaluation's
 ``config.json``, so the training run's files are never touched. One evaluation's files are
 written as they are decoded into a staging directory, then moved into place together.
 """
@@ -18,10 +18,10 @@ import jax
 from flax import nnx
 from tqdm import tqdm
 
-from poi_jax import faults
 from poi_jax.io import default_mode, write_json_atomic
-from poi_jax.train import eval_stream, placement
-from poi_jax.train.setup import config_dict
+from poi_jax.train import eval_stream, export_files, placement
+from poi_jax.train import faults
+from poi_jax.train.run import config_dict
 
 
 def _publish(staging: str, out_dir: str, whole_dir: bool) -> None:
@@ -97,8 +97,8 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
       results = _decode(run, split, scratch, score=score, desc=desc)
   if save and step > 0:
     metric = run.checkpointer.best_metric
-    # Every numeric score is kept with the checkpoint: `poi_jax.reader` reads the SQuAD 2.0 null
-    # threshold tuned on this evaluation from it.
+    # Every numeric score is kept with the checkpoint: `poi_jax.inference.reader` reads the SQuAD
+    # 2.0 null threshold tuned on this evaluation from it.
     scores = {k: float(v) for k, v in results.items() if isinstance(v, (int, float))}
     run.checkpointer.save(step, run.sharded.state, meta_fn(),
                           metrics=scores if metric in results else None)
@@ -118,7 +118,6 @@ def export_best(run) -> None:
   model, _ = nnx.merge(sharded.graphdef, host)
   out = os.path.join(run.workdir, "export")
   run.task.export_pretrained(model, out, run.tokenizer)
-  from poi_jax import export_files  # the head, config and null threshold, for `Reader.load`
   export_files.write(out, model, run.workdir, best,
                      checkpointer.manager.metrics(best) if best is not None else None)
   tqdm.write(f"exported the {'best (step %d)' % best if best is not None else 'final'} "

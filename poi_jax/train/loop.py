@@ -1,9 +1,9 @@
 """The engine: ``train_and_evaluate(config, workdir, mode)`` for every Task.
 
-read -> feature shards (`poi_jax.train.data`) -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
+read -> feature shards (`poi_jax.train.splits`) -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
 -> predict -> decode -> official metrics -> predictions in the workdir. The pieces live apart:
 
-* `poi_jax.train.setup`: everything built and validated before compiling (`Run`).
+* `poi_jax.train.run`: everything built and validated before compiling (`Run`).
 * `poi_jax.train.step`: the pure train / predict steps, jitted with explicit shardings on the
   mesh of `poi_jax.train.mesh` (model and optimizer state placed by the logical rules, the batch
   split over ``data`` x ``fsdp``, the state donated).
@@ -23,7 +23,7 @@ gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. 
 Faults (docs/reliability.md): a non-finite loss or gradient norm stops the run at its step
 before anything non-finite is saved (`poi_jax.train.nonfinite`; ``optim.skip_nonfinite`` skips
 such updates instead); a resume restores the newest intact checkpoint; failed writes raise
-`poi_jax.faults.WriteFailed`.
+`poi_jax.train.faults.WriteFailed`.
 """
 from __future__ import annotations
 
@@ -35,17 +35,17 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from poi_jax import faults
 from poi_jax.data.loader import TrainLoader
-from poi_jax.faults import NoIntactCheckpoint
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
+from poi_jax.train import faults
 from poi_jax.train import nonfinite
 from poi_jax.train import placement
 from poi_jax.train import step as step_lib
 from poi_jax.train import watchdog
+from poi_jax.train.faults import NoIntactCheckpoint
 from poi_jax.train.metrics import MetricWriter
-from poi_jax.train.setup import MODES, Run, setup_run
+from poi_jax.train.run import MODES, Run, setup_run
 
 __all__ = ["MODES", "Preempted", "train_and_evaluate"]
 
@@ -115,7 +115,7 @@ def _closing(bar):
 
 def _check_finite(run: Run, window: list, step: int, *, params: bool = False) -> list:
   """The host copies of ``window`` (the outputs of the steps up to ``step``); raises
-  `poi_jax.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
+  `poi_jax.train.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
   and, with ``params``, when the state itself is not finite (before a save or an evaluation)."""
   vals = jax.device_get(window)
   skip = bool(run.config.optim.get("skip_nonfinite", False))

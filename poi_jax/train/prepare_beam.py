@@ -31,8 +31,10 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator
 
-from poi_jax.data import shards
+from poi_jax import tasks
+from poi_jax.data import pos, shards
 from poi_jax.io import write_json_atomic
+from poi_jax.train import splits as splits_lib
 
 
 def pipeline_options(text: str) -> list[str]:
@@ -63,10 +65,8 @@ def _chunks(_, *, config, split: str, directory: str, key: str,
             per_shard: int | None) -> Iterator[tuple[str, int, int, list]]:
   """The split's records as ``("build", k, start, records)`` per missing shard, or ``("have",
   k, start, [])`` per whole one; the whole split is one chunk when ``per_shard`` is None."""
-  from poi_jax import tasks
-  from poi_jax.train import data as data_lib
   task = tasks.get_task(config.task)
-  records = data_lib.stream_records(task, config, split)
+  records = splits_lib.stream_records(task, config, split)
 
   def chunk(k, start, recs):
     if shards.check_shard(directory, k, key) is not None:
@@ -95,13 +95,10 @@ def _beam_classes(beam):
       self.config, self.split, self.directory, self.key = config, split, directory, key
 
     def setup(self):
-      from poi_jax import tasks
-      from poi_jax.train import setup
       task = tasks.get_task(self.config.task)
       if tasks.uses_pos(self.config):
-        from poi_jax.data import pos
         pos.ensure_nltk_resources()
-      self.tokenizer = (setup.load_tokenizer(self.config) if task.tokenizer_needed(self.config)
+      self.tokenizer = (splits_lib.load_tokenizer(self.config) if task.tokenizer_needed(self.config)
                         else None)
       self.spec = task.shard_spec(self.config, self.tokenizer, self.split)
 
@@ -140,9 +137,8 @@ def prepare_splits(task, config, splits: list[str], tokenizer,
   ``options`` (``--beam_pipeline_options``); returns them as `prepare_split` does."""
   beam = _import_beam()
   from apache_beam.options.pipeline_options import PipelineOptions
-  from poi_jax.train import data as data_lib
   BuildShard = _beam_classes(beam)
-  plans = {s: data_lib.split_plan(task, config, s, tokenizer) for s in splits}
+  plans = {s: splits_lib.split_plan(task, config, s, tokenizer) for s in splits}
   with beam.Pipeline(options=PipelineOptions(pipeline_options(options))) as p:
     for split, plan in plans.items():
       os.makedirs(plan.directory, exist_ok=True)

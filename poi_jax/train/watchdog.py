@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 
-from poi_jax.faults import ProcessLost
+from poi_jax.train.faults import ProcessLost
 
 _PREFIX = "poi_jax/alive/"
 _VERDICT = "poi_jax/verdict/"

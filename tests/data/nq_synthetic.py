@@ -13,7 +13,7 @@ import gzip
 import json
 import re
 
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 
 
 def _words(text: str):

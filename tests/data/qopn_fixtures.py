@@ -4,7 +4,7 @@ answer offsets shifted by the paragraph's position. Written in NewsQA's combined
 in NLQuAD's (SQuAD v1.1) format."""
 import json
 
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 
 
 def long_articles(squad_path, *, paragraphs_per_article=None, articles=None):

@@ -7,8 +7,8 @@ import transformers
 
 from poi_jax.data import pos
 from poi_jax.data.features.extractive import build_extractive_features
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import read_squad
-from poi_jax.data.records import load_json
 from poi_jax.eval.spans import decode_squad
 from poi_jax.eval.squad import squad_v2_evaluate
 from poi_jax.io import write_json_atomic

@@ -46,9 +46,10 @@ from typing import Any, Callable
 import pytest
 
 from poi_jax.data import json_stream
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad
 from poi_jax.data.records import (ChoiceExample, DataError, NarrativeExample, NqExample,
-                                  SquadExample, load_json)
+                                  SquadExample)
 from tests.conftest import ROOT, SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 

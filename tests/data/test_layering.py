@@ -53,7 +53,7 @@ def test_detects_forbidden_imports(tmp_path):
               "from poi_jax import models\n", "def f():\n  from flax import nnx\n"):
     bad.write_text(src)
     assert forbidden_imports(bad), src
-  bad.write_text("from poi_jax import graph_layout\nimport numpy as np\n")
+  bad.write_text("from poi_jax.data.features import graph_layout\nimport numpy as np\n")
   assert forbidden_imports(bad) == []
 
 

@@ -7,8 +7,8 @@ import collections
 import numpy as np
 import pytest
 
+from poi_jax.data.features import graph_layout as g
 from poi_jax.data.features import nq_graph as builder
-from poi_jax import graph_layout as g
 from tests.conftest import fixture_id, load_fixture, parity_fixtures
 
 FIXTURES = parity_fixtures("nq_graph_encoder")

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from poi_jax.data import pos
 from poi_jax.data.features.extractive import build_extractive_features
 from poi_jax.data.features.multiple_choice import build_choice_features
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import read_dream, read_squad
 from poi_jax.eval.spans import decode_squad
 from poi_jax.eval.squad import squad_v2_evaluate

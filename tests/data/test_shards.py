@@ -1,4 +1,4 @@
-"""Feature shards (`poi_jax.data.shards`, `poi_jax.train.data`): every task's shards hold bit for
+"""Feature shards (`poi_jax.data.shards`, `poi_jax.train.splits`): every task's shards hold bit for
 bit the arrays (and meta) its in-memory featurizer builds; grain reads the same rows; a corrupt
 or truncated shard is named and rebuilt byte-identical while whole shards are kept; a bad record
 stops the run before any training step; the key follows the data and the options."""
@@ -19,10 +19,10 @@ from configs import nq as nq_config
 from configs import race as race_config
 from configs import squad2 as squad2_config
 from poi_jax.data import shards
-from poi_jax.data.records import DataError, load_json
+from poi_jax.data.json_stream import load_json
+from poi_jax.data.records import DataError
 from poi_jax.tasks import get_task
-from poi_jax.train import data as data_lib
-from poi_jax.train import setup
+from poi_jax.train import splits as splits_lib
 from tests.conftest import DATA, SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 from tests.tasks.narrativeqa_data import write_narrativeqa
@@ -111,11 +111,11 @@ def test_shards_hold_exactly_the_in_memory_features(name, files, tmp_path):
   module, variant, overrides = CASES[name]
   config = _configure(module.get_config(variant), tmp_path / "cache", **overrides(files))
   task = get_task(config.task)
-  tokenizer = setup.load_tokenizer(config) if task.tokenizer_needed(config) else None
+  tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
   for split in ("train", "eval"):
-    records = list(data_lib.stream_records(task, config, split))
+    records = list(splits_lib.stream_records(task, config, split))
     expected = task.featurize(records, tokenizer, config, is_training=split == "train")
-    prepared = data_lib.prepare_split(task, config, split, tokenizer, progress=False)
+    prepared = splits_lib.prepare_split(task, config, split, tokenizer, progress=False)
     per = 1 if name == "narrativeqa" else -(-len(records) // config.data.records_per_shard)
     assert prepared.manifest["num_shards"] == per > 0
     assert prepared.num_examples == len(records)
@@ -141,8 +141,8 @@ def squad_prepared(tmp_path_factory):
       "data.train_file": str(SQUAD), "data.max_train_examples": 20,
       "data.records_per_shard": 4})
   task = get_task("squad2")
-  tokenizer = setup.load_tokenizer(config)
-  prepared = data_lib.prepare_split(task, config, "train", tokenizer, progress=False)
+  tokenizer = splits_lib.load_tokenizer(config)
+  prepared = splits_lib.prepare_split(task, config, "train", tokenizer, progress=False)
   return config, task, tokenizer, prepared
 
 
@@ -165,7 +165,7 @@ def test_corrupt_and_truncated_shards_are_named_and_rebuilt_identically(squad_pr
   kept = d / "shard-00004.json"
   mtime = kept.stat().st_mtime_ns
   with caplog.at_level(logging.WARNING, logger="poi_jax.data.shards"):
-    again = data_lib.prepare_split(task, config, "train", tokenizer, progress=False)
+    again = splits_lib.prepare_split(task, config, "train", tokenizer, progress=False)
   lines = [r.getMessage() for r in caplog.records]
   assert any("shard-00001" in l and "sha256" in l for l in lines), lines
   assert any("shard-00003" in l and "bytes" in l for l in lines), lines
@@ -184,7 +184,7 @@ def test_missing_shard_is_built_alone_and_the_key_follows_options(squad_prepared
   stale = d / ".k7q2x9.tmp"  # what a SIGKILL during an atomic write leaves (no cleanup runs)
   stale.write_bytes(b"half a shard")
   mtimes = {p.name: p.stat().st_mtime_ns for p in d.glob("shard-0000[0134].json")}
-  data_lib.prepare_split(task, config, "train", tokenizer, progress=False)
+  splits_lib.prepare_split(task, config, "train", tokenizer, progress=False)
   assert not stale.exists()
   assert _snapshot(d) == before
   assert {p.name: p.stat().st_mtime_ns for p in d.glob("shard-0000[0134].json")} == mtimes

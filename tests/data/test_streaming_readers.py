@@ -13,8 +13,9 @@ import tracemalloc
 
 import pytest
 
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import choice, narrativeqa, newsqa, nlquad, nq, squad, tfds
-from poi_jax.data.records import DataError, load_json
+from poi_jax.data.records import DataError
 from tests.conftest import SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from flax import nnx
 
-from poi_jax import graph_layout
+from poi_jax.data.features import graph_layout
 from poi_jax.data.features import nq_graph as builder
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph

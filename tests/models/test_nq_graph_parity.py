@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from poi_jax import graph_layout
+from poi_jax.data.features import graph_layout
 from poi_jax.layers import graph as g
 from poi_jax.models import nq_graph
 from tests.conftest import fixture_id, load_fixture, parity_fixtures

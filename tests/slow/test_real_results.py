@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

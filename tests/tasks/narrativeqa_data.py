@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import pathlib
 
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 
 
 def write_narrativeqa(squad_path, out_dir, *, train_docs: int, valid_docs: int,

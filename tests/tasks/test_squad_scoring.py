@@ -4,8 +4,8 @@ files."""
 
 import pytest
 
+from poi_jax.data.json_stream import load_json
 from poi_jax.data.readers import read_squad
-from poi_jax.data.records import load_json
 from poi_jax.eval import squad as squad_metrics
 from poi_jax.tasks import squad as squad_task
 

@@ -5,7 +5,7 @@ import pathlib
 import subprocess
 import sys
 
-from poi_jax.data.records import load_json
+from poi_jax.data.json_stream import load_json
 from tests.conftest import ROOT, SQUAD  # the SQuAD 2.0 sample shipped in the package
 
 

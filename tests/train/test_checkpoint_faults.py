@@ -12,7 +12,7 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from poi_jax import faults
+from poi_jax.train import faults
 from poi_jax.train.checkpoint import Checkpointer
 
 

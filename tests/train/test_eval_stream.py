@@ -27,9 +27,10 @@ from poi_jax.io import write_json_atomic
 from poi_jax.tasks import get_task
 from poi_jax.tasks import narrativeqa as nqa_task
 from poi_jax.tasks import squad as squad_task
-from poi_jax.train import data as data_lib
+from poi_jax.train import eval_stream, placement
 from poi_jax.train import evaluate as eval_lib
-from poi_jax.train import eval_stream, placement, setup
+from poi_jax.train import run as run_lib
+from poi_jax.train import splits as splits_lib
 from tests.conftest import SQUAD
 from tests.data import qopn_fixtures
 from tests.data.test_shards import CASES, _configure, files  # noqa: F401 (a fixture)
@@ -156,9 +157,9 @@ def streamed(files, tmp_path_factory):  # noqa: F811
       with config.unlocked():
         config.train.eval_batch_size = BATCH
       task = get_task(config.task)
-      tokenizer = setup.load_tokenizer(config) if task.tokenizer_needed(config) else None
-      prepared = data_lib.prepare_split(task, config, "eval", tokenizer, progress=False)
-      split = setup.Split("eval", prepared, prepared.num_examples)
+      tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
+      prepared = splits_lib.prepare_split(task, config, "eval", tokenizer, progress=False)
+      split = run_lib.Split("eval", prepared, prepared.num_examples)
       shapes = _output_shapes(task, config, split)
       calls, handed = [], []
       fake = _fake_outputs(shapes)
@@ -192,7 +193,7 @@ def streamed(files, tmp_path_factory):  # noqa: F811
       outputs = fake(None, rows)
       parts = [prepared.shard_features(i) for i in range(prepared.manifest["num_shards"])]
       features = prepared.merge(parts, [0] * len(parts))
-      records = list(data_lib.stream_records(task, config, "eval"))
+      records = list(splits_lib.stream_records(task, config, "eval"))
       results = _whole_split_files(name, config, records, features, outputs, str(whole))
       write_json_atomic(str(whole / "eval_results.json"),
                         dict(results, step=7, num_questions=len(records),

@@ -29,7 +29,7 @@ SCENARIOS = {
     "process_killed": ("run", (1, signal.SIGKILL), 3, 300),
     "stuck": ("hang", None, 30, 3),
 }
-LOST = 70  # poi_jax.faults.ProcessLost.exit_code
+LOST = 70  # poi_jax.train.faults.ProcessLost.exit_code
 
 
 def _start(name, index):

@@ -41,14 +41,14 @@ def reference(tmp_path_factory):
   """An uninterrupted one-process run (in this process, as `--mode=prepare` runs it): 12 shards
   of 4 questions."""
   from configs import squad2
-  from poi_jax.train import data as data_lib
+  from poi_jax.train import prepare as prepare_lib
   workdir = tmp_path_factory.mktemp("prepare-one")
   config = squad2.get_config("tiny")
   with config.unlocked():
     config.data.train_file, config.data.eval_file = str(er.SQUAD), ""
     config.data.max_train_examples, config.data.records_per_shard = 48, 4
     config.data.num_workers = 0
-  prepared = data_lib.prepare(config, str(workdir))
+  prepared = prepare_lib.prepare(config, str(workdir))
   assert list(prepared) == ["train"]
   assert prepared["train"].num_examples == 48 and prepared["train"].manifest["num_shards"] == 12
   return files(split_dir(workdir))

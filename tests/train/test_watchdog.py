@@ -3,7 +3,7 @@ SIGKILLed process: tests/train/test_distributed.py)."""
 import threading
 import time
 
-from poi_jax.faults import ProcessLost
+from poi_jax.train.faults import ProcessLost
 from poi_jax.train.watchdog import Watchdog
 
 

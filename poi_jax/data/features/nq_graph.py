@@ -5,7 +5,7 @@ the window-local sentence ``sent[i]`` and paragraph ``para[i]`` it belongs to, b
 non-decreasing from 0 ([CLS] is sentence 0 and paragraph 0, the question sentence 1 and paragraph
 1, ...; a sentence never spans two paragraphs).
 
-Node layout (`poi_jax.graph_layout.NodeLayout`): tokens ``[0, T)`` (= input positions),
+Node layout (`graph_layout.NodeLayout`): tokens ``[0, T)`` (= input positions),
 sentences ``[T, T+S)``, paragraphs ``[T+S, T+S+P)``, the document ``T+S+P``; capacities from the
 config (the original: 512/128/64).
 
@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from poi_jax import graph_layout as g
+from poi_jax.data.features import graph_layout as g
 
 EDGE_FIELDS = ("edge_src", "edge_tgt", "edge_type", "edge_pos")
 

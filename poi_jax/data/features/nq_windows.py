@@ -44,10 +44,10 @@ import zlib
 
 import numpy as np
 
+from poi_jax.data.features import graph_layout as g
 from poi_jax.data.features import nq_graph
 from poi_jax.data.features.base import Features
 from poi_jax.data.records import NqExample
-from poi_jax import graph_layout as g
 
 FEATURE_VERSION = 1
 UNKNOWN, YES, NO, SHORT, LONG = range(5)

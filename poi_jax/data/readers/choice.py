@@ -7,7 +7,8 @@ import os
 from typing import Iterator
 
 from poi_jax.data import json_stream
-from poi_jax.data.records import ChoiceExample, DataError, load_json
+from poi_jax.data.json_stream import load_json
+from poi_jax.data.records import ChoiceExample, DataError
 
 LETTERS = "ABCDEFGH"
 

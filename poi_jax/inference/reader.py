@@ -1,8 +1,8 @@
 """A trained model answering your own text: ``Reader.load(path).answer(question, context)``.
 
 ``path`` is a run's workdir (its best checkpoint, else the latest) or its ``export/`` directory
-(self-sufficient: see `poi_jax.export_files`). Text goes through the task's own pipeline, exactly
-as in training and evaluation: the Task's ``featurize`` (long passages windowed with
+(self-sufficient: see `poi_jax.train.export_files`). Text goes through the task's own pipeline,
+exactly as in training and evaluation: the Task's ``featurize`` (long passages windowed with
 ``data.doc_stride``, POS tags from NLTK on the fly; no feature cache, no worker processes), the
 model in inference mode, and for extractive tasks the engine's decoder
 (`poi_jax.eval.spans.decode_squad`), so the answers equal the engine's ``predictions.json``.
@@ -16,7 +16,7 @@ The model call is jitted once per batch shape: each batch is padded to a power o
 ``batch_size`` rows (at most log2(batch_size) + 1 compilations per option count;
 `Reader.compiled_shapes` counts them, so a server can check that no request compiled).
 
-Extractive answers run in three stages that a server can pipeline (`poi_jax.serve_batching`):
+Extractive answers run in three stages that a server can pipeline (`poi_jax.serve.batching`):
 `Reader.featurize` (host: tokenizer, POS tags, windows), `Reader.predict` (the jitted model) and
 `Reader.decode` (host: spans); `answer_records` is the three in a row. Passages are analysed
 once (`poi_jax.data.features.passages.PassageCache`, ``passage_cache`` most recent passages:
@@ -32,9 +32,12 @@ import jax
 import numpy as np
 from flax import nnx
 
-from poi_jax import export_files, reader_load, runtime, tasks
+from poi_jax import runtime, tasks
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
+from poi_jax.inference import load as load_lib
+from poi_jax.train import export_files
+from poi_jax.train.splits import load_tokenizer
 
 EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 # Passages whose analysis a Reader keeps: a SQuAD-sized passage's is ~10 KB (3 small arrays per
@@ -110,7 +113,7 @@ def text_problem(value, *, allow_empty: bool = False) -> str | None:
   empty or blank (unless ``allow_empty``), or not encodable as UTF-8. A lone surrogate such as
   ``"\\ud800"`` is a valid JSON escape and a valid Python string, but no character: the fast
   tokenizer refuses it with a bare TypeError. The one rule of the Reader, the predict CLI and the
-  server (`poi_jax.serve_requests`), so each names the field instead of failing later."""
+  server (`poi_jax.serve.requests`), so each names the field instead of failing later."""
   if not isinstance(value, str) or (not allow_empty and not value.strip()):
     # Scalars (and the server's unconverted numbers) shown clipped; containers by type only, as
     # a megabyte or a deep nesting can sit where the text belongs.
@@ -168,14 +171,13 @@ class Reader:
     # The compilation cache (a second Reader of the same model compiles nothing), before the
     # model is built (poi_jax/runtime.py; the run's own cache setting where it has one). glibc's
     # malloc keeps its defaults unless asked: a long-lived reader's memory stays flat.
-    runtime.configure({**(reader_load.saved_runtime(path) or {}), "cpu_malloc": cpu_malloc})
+    runtime.configure({**(load_lib.saved_runtime(path) or {}), "cpu_malloc": cpu_malloc})
     if batch_size is not None and batch_size <= 0:
       raise ValueError(f"batch_size={batch_size} must be positive")
-    config, task, model, step, delta = reader_load.load_model(path, step)
+    config, task, model, step, delta = load_lib.load_model(path, step)
     if config.model.pos_embedding:
       from poi_jax.data import pos
       pos.ensure_nltk_resources()
-    from poi_jax.train.setup import load_tokenizer
     tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
     return cls(config, task, model, tokenizer=tokenizer, step=step,
                null_threshold=delta if null_threshold is None else null_threshold,

@@ -12,8 +12,8 @@ Any bytes give a record or a clear error, in time and memory linear in their len
   floats beyond the float range such as ``1e400``, ``NaN`` and ``Infinity``) are parsed into an
   `Unusable` placeholder, never computed with: a field the server reads refuses it by name, a
   field it does not read ignores it, as it ignores any other value there;
-* text fields follow `poi_jax.reader.text_problem` (a non-empty string encodable as UTF-8: a
-  lone surrogate such as ``"\\ud800"`` is valid JSON but crashed the tokenizer).
+* text fields follow `poi_jax.inference.reader.text_problem` (a non-empty string encodable as
+  UTF-8: a lone surrogate such as ``"\\ud800"`` is valid JSON but crashed the tokenizer).
 """
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def body_error(e: JSONProblem, status: int | None = None) -> InputError:
 
 def _text(obj: dict, field: str, item, *alternatives: str, allow_empty: bool = False) -> str:
   """``obj[field]`` (or the first alternative present), a text `text_problem` accepts."""
-  from poi_jax.reader import text_problem
+  from poi_jax.inference.reader import text_problem  # (JAX and Flax: not on this module's import)
   for name in (field, *alternatives):
     if name in obj:
       problem = text_problem(obj[name], allow_empty=allow_empty)
@@ -293,7 +293,7 @@ def parse_answer(obj: dict, item):
 def check_options(options, item, max_options: int | None = MAX_OPTIONS) -> list[str]:
   """A multiple-choice question's options: a list of 2 to ``max_options`` (None: any number)
   strings encodable as UTF-8 (an empty option is allowed, as in the data)."""
-  from poi_jax.reader import text_problem
+  from poi_jax.inference.reader import text_problem  # (JAX and Flax: not on this module's import)
   most = max_options if max_options is not None else float("inf")
   if not isinstance(options, list) or not 2 <= len(options) <= most:
     wanted = f"2 to {max_options}" if max_options is not None else "at least 2"

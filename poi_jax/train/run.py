@@ -1,6 +1,7 @@
 """Everything a run needs, built and validated before anything compiles (MaxText's
 ``setup_train_loop``): the task, the mesh, the tokenizer, the feature shards of each split (the
-evaluation's records read and validated first), the model (+ pretrained weights), the optimizer and the step count.
+evaluation's records read and validated first), the model (+ pretrained weights), the optimizer
+and the step count: `setup_run` -> `Run`.
 """
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from absl import logging
 from flax import nnx
 
 from poi_jax import tasks
+from poi_jax.data import pos
 from poi_jax.io import write_json_atomic
 from poi_jax.models import build, encoders
 from poi_jax.train import checkpoint as ckpt_lib
-from poi_jax.train import data as data_lib
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import optim
+from poi_jax.train import splits as splits_lib
 
 MODES = ("train", "eval", "train_and_eval", "predict")
 
@@ -80,17 +82,6 @@ class Run:
         split.shards.array_shapes()).items()}
 
 
-def load_tokenizer(config):
-  name = config.model.tokenizer or config.model.init_from
-  if not name:
-    raise ValueError("model.tokenizer is empty and there is no model.init_from to take the "
-                     "tokenizer from")
-  tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint(name))
-  if tok is None:
-    raise ValueError(f"no fast tokenizer found for {name!r}")
-  return tok
-
-
 def check_batch_sizes(config, mesh) -> None:
   """Batch sizes divisible by the data-parallel devices and by the processes (before compile)."""
   n_data = mesh_lib.data_parallel_size(mesh)
@@ -105,18 +96,6 @@ def check_batch_sizes(config, mesh) -> None:
     if bs % jax.process_count():
       raise mesh_lib.MeshError(f"train.{name}={bs} is not divisible by the "
                                f"{jax.process_count()} processes")
-
-
-def with_cache_dir(config, workdir: str):
-  """``data.cache_dir`` resolved: empty (or the old "none") -> ``<workdir>/cache``, where the
-  feature shards go (`poi_jax.train.data`)."""
-  cache_dir = config.data.get("cache_dir", None)
-  if cache_dir and cache_dir != "none":
-    return config
-  config = config.copy_and_resolve_references()
-  with config.unlocked():
-    config.data.cache_dir = os.path.join(workdir, "cache")
-  return config
 
 
 def config_dict(config) -> dict:
@@ -151,13 +130,12 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   if mode not in MODES:
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
   task = tasks.get_task(config.task)
-  config = with_cache_dir(config, workdir)
+  config = splits_lib.with_cache_dir(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   check_batch_sizes(config, mesh)
   if tasks.uses_pos(config):
-    from poi_jax.data import pos
     pos.ensure_nltk_resources()  # fail now, not after minutes of tokenising
-  tokenizer = load_tokenizer(config) if task.tokenizer_needed(config) else None
+  tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
 
   if mode in ("eval", "predict") and not config.model.init_from \
       and not ckpt_lib.has_checkpoints(workdir):
@@ -173,7 +151,7 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   eval_role = "predict" if mode == "predict" else "eval"
   if mode in ("eval", "train_and_eval", "predict"):
     n_eval_source = sum(1 for _ in task.read(config, eval_role))
-    skip, limit = data_lib.split_caps(config, eval_role)
+    skip, limit = splits_lib.split_caps(config, eval_role)
     n_eval = max(n_eval_source - skip, 0) if limit is None else \
         min(max(n_eval_source - skip, 0), limit)
     if not n_eval:
@@ -212,14 +190,14 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   train = evaluation = None
   total = 1
   if mode in ("train", "train_and_eval"):
-    prepared = data_lib.prepare_split(task, config, "train", tokenizer)
+    prepared = splits_lib.prepare_split(task, config, "train", tokenizer)
     if prepared.num_windows == 0:
       raise ValueError(f"no training features: the {prepared.num_examples} training records of "
                        f"data.train_file={config.data.train_file!r} gave no window")
     train = Split("train", prepared, prepared.num_examples)
     total = _total_steps(config, prepared.num_windows)
   if mode in ("eval", "train_and_eval", "predict"):
-    evaluation = Split(eval_role, data_lib.prepare_split(task, config, eval_role, tokenizer),
+    evaluation = Split(eval_role, splits_lib.prepare_split(task, config, eval_role, tokenizer),
                        n_eval_source)
 
   tx, schedule = optim.make_optimizer(config.optim, total)

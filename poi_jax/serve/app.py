@@ -2,7 +2,8 @@ r"""Serves a trained model over HTTP, batching concurrent requests, with a demo 
 
   python -m poi_jax.serve --model=/tmp/squad-tiny [--host=127.0.0.1] [--port=8080]
 
-``--model``: a workdir or its ``export/`` directory, as `poi_jax.reader.Reader.load` takes.
+``--model``: a workdir or its ``export/`` directory, as `poi_jax.inference.reader.Reader.load`
+takes.
 Endpoints (``/docs``: OpenAPI; ``/openapi.json``: the schema):
 
 * ``POST /v1/answer`` (extractive models): ``{"question", "context"}`` or a list of them ->
@@ -22,7 +23,7 @@ server answers 503 with ``Retry-After`` rather than growing without bound); a wo
 takes the first waiting item, gathers more for at most ``--max_wait_ms`` or up to
 ``--max_batch`` items (Ray Serve's ``@serve.batch`` rule: whichever comes first) and featurises
 them as one batch; a second thread runs the jitted model on their windows while the first
-featurises the next batch, and a third decodes the spans (`poi_jax.serve_batching`): the
+featurises the next batch, and a third decodes the spans (`poi_jax.serve.batching`): the
 stages of `Reader.answer_records`, so every answer equals `Reader.answer` on the same input.
 The model is compiled at start-up for every padded batch size (1, 2, 4, ... ``--max_batch``
 rows), so that no request waits for a compilation (``/healthz``: ``compiled_shapes``).
@@ -36,13 +37,13 @@ kept (docs/results.md).
 Bad input: a 4xx JSON ``{"error", "field", "item"}`` naming the field and, in a list request,
 the item (400 not UTF-8 or not JSON; 413 a body over ``--max_body_bytes`` or a list of more
 questions than ``--max_queue`` can ever hold; 422 arrays/objects nested deeper than
-``serve_requests.MAX_DEPTH``, a missing, ill-typed or empty field, a number the field cannot use
-(an integer of more than ``serve_requests.MAX_NUMBER_CHARS`` digits, ``1e400``, ``NaN``), a text
-with a lone surrogate, more than ``serve_requests.MAX_OPTIONS`` options, or a passage longer than
+``requests.MAX_DEPTH``, a missing, ill-typed or empty field, a number the field cannot use
+(an integer of more than ``requests.MAX_NUMBER_CHARS`` digits, ``1e400``, ``NaN``), a text
+with a lone surrogate, more than ``requests.MAX_OPTIONS`` options, or a passage longer than
 ``--max_windows`` windows), all checked before the request is queued; fields the server does not
 read are ignored. 503 (with ``Retry-After``) only when the queue is full for now. No client input
 gives a 5xx: a 500 is a fault of the server, for the one question it hit. An exception inside a
-batch falls back to answering the batch's questions one by one (`poi_jax.serve_batching`), so a
+batch falls back to answering the batch's questions one by one (`poi_jax.serve.batching`), so a
 question never fails because of another. SIGTERM (or Ctrl-C): the server stops accepting
 connections, answers the requests in flight, and exits 0.
 """
@@ -56,12 +57,11 @@ from importlib import resources
 
 from absl import app, flags, logging
 
-# Re-exported: the request parsing and the batching worker are modules of their own.
-from poi_jax.serve_batching import Batcher, Job, QueueFull, ServerFault, warm_up  # noqa: F401
-from poi_jax.serve_requests import (DEFAULT_TOP_K, InputError, JSONProblem,  # noqa: F401
+from poi_jax.serve.batching import Batcher, Job, QueueFull, ServerFault, warm_up  # noqa: F401
+from poi_jax.serve.requests import (DEFAULT_TOP_K, InputError, JSONProblem,  # noqa: F401
                                     _items, body_error, loads, parse_answer, parse_choose)
 
-STATIC = "static"  # package data: poi_jax/static/{index.html,demo.js,demo.css}
+STATIC = "static"  # package data: poi_jax/serve/static/{index.html,demo.js,demo.css}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def create_app(reader, *, max_batch: int = 16, max_wait_ms: float = 5.0, max_que
                 description="Reading comprehension with a trained poi-jax model "
                             "(`python -m poi_jax.serve`).")
   api.state.batcher = batcher
-  static = resources.files("poi_jax") / STATIC
+  static = resources.files("poi_jax.serve") / STATIC
 
   @api.exception_handler(Exception)
   async def fault(request: Request, e: Exception):
@@ -298,7 +298,7 @@ def main(argv):
     return 1
   from poi_jax.data.pos import NltkResourceError
   from poi_jax.models.encoders import CheckpointError
-  from poi_jax.reader import Reader
+  from poi_jax.inference.reader import Reader
   try:
     # batch_size = max_batch: a batch of one-window questions is one model call.
     reader = Reader.load(FLAGS.model, null_threshold=FLAGS.null_threshold,
@@ -315,8 +315,3 @@ def main(argv):
         f"{FLAGS.port}/ (API docs: /docs)", flush=True)
   return run(api, host=FLAGS.host, port=FLAGS.port)
 
-
-if __name__ == "__main__":
-  define_flags()
-  flags.mark_flags_as_required(["model"])
-  app.run(main)

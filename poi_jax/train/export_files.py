@@ -1,4 +1,5 @@
-"""What `poi_jax.reader.Reader` needs beside the HuggingFace files of ``<workdir>/export``.
+"""What `poi_jax.inference.reader.Reader` needs beside the HuggingFace files of
+``<workdir>/export``, written by the engine with the export (`poi_jax.train.evaluate`).
 
 The engine's export (`Task.export_pretrained`) is the fine-tuned *encoder* as a HuggingFace
 directory (``config.json``, ``model.safetensors``, the tokenizer): `transformers.AutoModel` loads

@@ -1,5 +1,5 @@
-"""Loading a trained model for `poi_jax.reader.Reader`: from a workdir (the model's values at a
-checkpoint step, without the optimizer state) or from a self-sufficient ``export/`` directory,
+"""Loading a trained model for `poi_jax.inference.reader.Reader`: from a workdir (the model's
+values at a checkpoint step, without the optimizer state) or from a self-sufficient ``export/`` directory,
 with the config adjusted for reading (no feature cache, no worker processes, the encoder and
 tokenizer from the export where the config names a hub checkpoint)."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from poi_jax import export_files, tasks
+from poi_jax import tasks
+from poi_jax.train import export_files
 
 EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 

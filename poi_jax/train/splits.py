@@ -1,10 +1,12 @@
-"""The engine's data step: a config's splits as feature shards (`poi_jax.data.shards`).
+"""The engine's data step: a config's splits as feature shards (`poi_jax.data.shards`), and what
+building them needs from the config (`load_tokenizer`, `with_cache_dir`).
 
 ``prepare_split`` streams the task's records (``task.read``, caps applied while streaming), and
 builds the split's missing shards with the task's `ShardSpec` in ``data.num_workers`` worker
 processes; with N processes (``jax.process_count()``) each builds its own shards and all wait
-for the manifest. ``--mode=prepare`` runs it alone for every split the config names; ``train``,
-``eval``, ``train_and_eval`` and ``predict`` run it first, so ``prepare`` is optional.
+for the manifest. ``--mode=prepare`` (`poi_jax.train.prepare`) runs it alone for every split the
+config names, here or on Apache Beam (`poi_jax.train.prepare_beam`, which shares `split_plan`);
+``train``, ``eval``, ``train_and_eval`` and ``predict`` run it first, so ``prepare`` is optional.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import jax
 
 from poi_jax import tasks
 from poi_jax.data import shards
+from poi_jax.models import encoders
 
 SPLIT_FILES = {"train": "train_file", "eval": "eval_file", "predict": "predict_file"}
 
@@ -60,14 +63,14 @@ class SplitPlan:
 
 def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
   """The split's `ShardSpec`, cache key and directory in ``data.cache_dir`` (resolved:
-  `poi_jax.train.setup.with_cache_dir`). Reads nothing but the source file's identity."""
+  `with_cache_dir`). Reads nothing but the source file's identity."""
   if task.shard_spec is None:
     raise ValueError(f"task {task.name!r} has no shard_spec: it cannot be featurized into "
                      f"feature shards")
   cache_dir = config.data.cache_dir
   if not cache_dir:
     raise ValueError("data.cache_dir is empty: the engine resolves it to <workdir>/cache "
-                     "(poi_jax.train.setup.with_cache_dir) before preparing")
+                     "(poi_jax.train.splits.with_cache_dir) before preparing")
   spec = task.shard_spec(config, tokenizer, split)
   skip, limit = split_caps(config, split)
   os.makedirs(cache_dir, exist_ok=True)
@@ -86,9 +89,9 @@ def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
 
 def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | None = None,
                   progress: bool = True) -> shards.ShardedSplit:
-  """The split's feature shards in ``data.cache_dir`` (resolved: `poi_jax.train.setup.
-  with_cache_dir`), building the missing ones. ``records``: the split's (capped) records when the
-  caller already holds them, else they are streamed."""
+  """The split's feature shards in ``data.cache_dir`` (resolved: `with_cache_dir`), building the
+  missing ones. ``records``: the split's (capped) records when the caller already holds them,
+  else they are streamed."""
   plan = split_plan(task, config, split, tokenizer)
   split_records = records if records is not None else stream_records(task, config, split)
   prepared = shards.prepare(
@@ -101,36 +104,24 @@ def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | No
   return prepared
 
 
-def prepared_splits(config) -> list[str]:
-  """The splits ``--mode=prepare`` builds: those whose file the config names."""
-  return [s for s in ("train", "eval") if getattr(config.data, SPLIT_FILES[s])] + (
-      ["predict"] if config.data.get("predict_file", "") else [])
+def load_tokenizer(config):
+  name = config.model.tokenizer or config.model.init_from
+  if not name:
+    raise ValueError("model.tokenizer is empty and there is no model.init_from to take the "
+                     "tokenizer from")
+  tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint(name))
+  if tok is None:
+    raise ValueError(f"no fast tokenizer found for {name!r}")
+  return tok
 
 
-def prepare(config, workdir: str, *, beam_options: str = "") -> dict[str, shards.ShardedSplit]:
-  """``--mode=prepare``: every split of the config as feature shards; prints one line each.
-  ``beam_options`` (``--beam_pipeline_options``): build them with an Apache Beam pipeline
-  instead (`poi_jax.train.prepare_beam`), same shards."""
-  from poi_jax.train import setup  # (setup imports this module)
-  task = tasks.get_task(config.task)
-  config = setup.with_cache_dir(config, workdir)
-  if tasks.uses_pos(config):
-    from poi_jax.data import pos
-    pos.ensure_nltk_resources()
-  tokenizer = setup.load_tokenizer(config) if task.tokenizer_needed(config) else None
-  splits = prepared_splits(config)
-  if not splits:
-    raise ValueError("--mode=prepare: the config names no data file (data.train_file, "
-                     "data.eval_file, data.predict_file)")
-  if beam_options:
-    from poi_jax.train import prepare_beam
-    out = prepare_beam.prepare_splits(task, config, splits, tokenizer, beam_options)
-  else:
-    out = {split: prepare_split(task, config, split, tokenizer) for split in splits}
-  for split, prepared in out.items():
-    if jax.process_index() == 0:
-      size = sum(f["bytes"] for s in prepared.manifest["shards"] for f in s["files"].values())
-      print(f"{split}: {prepared.num_examples} records -> {prepared.num_windows} windows in "
-            f"{prepared.manifest['num_shards']} shard(s), {size / 1e6:.1f} MB: "
-            f"{prepared.directory}")
-  return out
+def with_cache_dir(config, workdir: str):
+  """``data.cache_dir`` resolved: empty (or the old "none") -> ``<workdir>/cache``, where the
+  feature shards go."""
+  cache_dir = config.data.get("cache_dir", None)
+  if cache_dir and cache_dir != "none":
+    return config
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.data.cache_dir = os.path.join(workdir, "cache")
+  return config
