@@ -11,16 +11,21 @@
 # (tables, eval_results.json, DONE.json, logs, configs) into $OUT/<MEASUREMENT>.tgz (or
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
+#
+# CPU-scale measurements (run here, no carry; each run minutes on 2 cores; SEEDS=5 for five):
+# squad1cpu (the CPU quickstart's task, configs/squad1.py:minilm_cpu unchanged: plain encoder,
+# co-attention without POS, POI-Net) and probe (the long-context probe: QOPN vs a window on
+# articles whose answer needs two segments no window sees together; data generated here, seeded).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream1 dream2 squad2 nq}
+what=${2:?measurement: qopn dream1 dream2 squad2 nq squad1cpu probe}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
 DATA=${DATA:-/tmp/data}
 # One evaluation at the end, no intermediate checkpoints, no HuggingFace export (the slow suite's).
 ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config.train.export_best=false"
-RUN="python3 experiments/ablation.py --seeds=3"
+RUN="python3 experiments/ablation.py --seeds=${SEEDS:-3}"
 [ "$cmd" = table ] && RUN="$RUN --no_run"
 
 wheels() {  # the packages the device image lacks (docs/ablations.md), for its Python 3.12
@@ -100,6 +105,24 @@ case $what in
       --config.data.train_file=$DATA/nq/train.jsonl.gz --config.data.eval_file=$DATA/nq/dev.jsonl.gz \
       --config.train.epochs=2 --config.train.batch_size=8 --config.data.max_seq_length=192 \
       --config.model.graph.max_sentences=48 --config.model.graph.max_paragraphs=24 $ONCE ;;
+  squad1cpu)  # 150 steps at lr 1e-4 on 1,506 answerable questions -> 601 held-out ones
+    $RUN --config=configs/squad1.py:minilm_cpu --cell "model.head=none model.pos_embedding=false" \
+      --cell "model.head=poi model.pos_embedding=false" \
+      --cell "model.head=poi model.pos_embedding=true" --parallel=1 \
+      --metrics=exact_match,f1 --workdir=$W/squad1cpu -- $ONCE --config.runtime.cpu_malloc=system ;;
+  probe)  # 3 paragraphs, 3 distractors, facts >= 120 words apart; 600 articles -> 150
+    P=$DATA/probe-d3
+    [ -e $P/newsqa-dev.json ] || python3 experiments/long_context_probe.py --out=$P --seed=100 \
+      --train=600 --eval=150 --segments=3 --distractors=3 --filler=5
+    COMMON="--config.train.max_steps=-1 --config.train.epochs=2 --config.data.max_seq_length=128
+      --config.data.max_query_length=24 --config.optim.lr=1e-4 $ONCE --config.runtime.cpu_malloc=system"
+    $RUN --config=configs/newsqa.py:minilm --cell "model.qopn.block_style=paper_residual" \
+      --parallel=1 --metrics=exact_match,f1 --workdir=$W/probe-qopn -- $COMMON \
+      --config.data.train_file=$P/newsqa-train.json --config.data.eval_file=$P/newsqa-dev.json
+    $RUN --config=configs/squad1.py:minilm --cell "model.head=none model.pos_embedding=false" \
+      --parallel=1 --metrics=exact_match,f1 --workdir=$W/probe-window -- $COMMON \
+      --config.data.doc_stride=64 --config.data.train_file=$P/squad-train.json \
+      --config.data.eval_file=$P/squad-dev.json ;;
   *) echo "unknown measurement $what" >&2; return 2 ;;
 esac
 }
