@@ -93,7 +93,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Records (questions, pages) per block of feature shards, the most one shard holds: the unit
   # of the split between hosts (process i builds blocks i, i+N, ...).
   c.data.records_per_shard = 1024
-  # Bytes (rows + meta) a feature shard is cut at: `--mode=prepare` writes each record's windows
+  # Bytes (rows + meta, uncompressed) a feature shard is cut at: `--mode=prepare` writes each record's windows
   # as it is featurized and holds at most about this much of a shard (its meta); evaluation
   # loads one shard at a time (docs/data.md#feature-shards).
   c.data.shard_bytes = 64 << 20
