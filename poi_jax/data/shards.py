@@ -70,8 +70,8 @@ from poi_jax.io import write_json_atomic
 # Bump when the shard files' layout or the manifest's meaning changes (2: shards cut by size
 # inside blocks of records).
 FORMAT_VERSION = 2
-# The size a shard's files (rows + meta) are cut at (``data.shard_bytes``): what `prepare` holds
-# of an open shard (its meta) stays under it, and evaluation loads one shard at a time.
+# The size a shard's rows + meta, uncompressed, are cut at (``data.shard_bytes``): what `prepare`
+# holds of an open shard (its meta) stays under it, and evaluation loads one shard at a time.
 DEFAULT_SHARD_BYTES = 64 << 20
 
 
@@ -329,7 +329,7 @@ def build_shard(records: Sequence, *, index: int, start: int, directory: str, ke
 def _meta_nbytes(meta: Mapping[str, Any]) -> int:
   """About what ``meta`` takes in the meta file: its arrays' bytes plus its other values' JSON
   (deterministic, so the cuts that depend on it are)."""
-  return sum(v.nbytes if isinstance(v, np.ndarray) else len(json.dumps(v, sort_keys=True))
+  return sum(v.nbytes if isinstance(v, np.ndarray) else len(json.dumps(v, sort_keys=True, default=str))
              for v in meta.values())
 
 
