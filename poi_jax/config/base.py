@@ -90,9 +90,13 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.pos_lowercase = False
   c.data.num_workers = 2
   c.data.cache_dir = ""  # feature shards (docs/data.md); empty: <workdir>/cache
-  # Records (questions, pages) per feature shard: the unit of work of `--mode=prepare`, of a
-  # rerun after a kill, and of the split between hosts (process i builds shards i, i+N, ...).
+  # Records (questions, pages) per block of feature shards, the most one shard holds: the unit
+  # of the split between hosts (process i builds blocks i, i+N, ...).
   c.data.records_per_shard = 1024
+  # Bytes (rows + meta, uncompressed) a feature shard is cut at: `--mode=prepare` writes each record's windows
+  # as it is featurized and holds at most about this much of a shard (its meta); evaluation
+  # loads one shard at a time (docs/data.md#feature-shards).
+  c.data.shard_bytes = 64 << 20
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
   # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so

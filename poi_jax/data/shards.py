@@ -5,32 +5,44 @@ Layout of one prepared split (``<data.cache_dir>/<task>-<split>-<key[:16]>/``)::
   shard-00000.array_record   one record per window (row): every array's row, raw bytes
   shard-00000.meta.npz       the shard's decoding metadata (offsets, ids, ...), deterministic zip
   shard-00000.json           the shard's info: record range, windows, sizes and sha256 of both
+  shard-00000-0001.*         block 0's next shard, when block 0 outgrew ``data.shard_bytes``
   ...
   manifest.json              the cache key, counts, every array's shape/dtype, every shard
 
-Shard ``k`` holds the features of records ``[k * S, (k + 1) * S)`` (``S`` =
-``data.records_per_shard``; a task whose features are not built record by record, NarrativeQA,
-has one shard), built by the pure function `build_shard` (records -> one finished shard) in
-worker processes. Shards are written under a temporary name and moved into place with
-``os.replace``, the info file last, so a killed run leaves only whole shards and a rerun builds
-only the missing ones. Every process checks its shards' sha256 against their info before use; a
-truncated or corrupt shard is named in one line and rebuilt. With N processes, process i builds
-shards i, i+N, ...; process 0 writes the manifest once every shard is there; everybody waits for
-it (a barrier over `jax.distributed`).
+Block ``k`` is records ``[k * S, (k + 1) * S)`` (``S`` = ``data.records_per_shard``): the unit of
+the split between processes (with N processes, process i builds blocks i, i+N, ...), known before
+anything is featurized. A block's records are featurized one at a time (in this process, or in
+worker processes whose results come back in record order) and each record's windows are appended
+to the open shard file at once (`ShardWriter`); the shard is closed after the first record that
+brings its rows and meta to ``data.shard_bytes`` (default `DEFAULT_SHARD_BYTES`), or at the
+block's end, and the block's next shard (``shard-0000k-0001``, ...) starts. So memory holds the
+open shard's meta (at most about ``shard_bytes``) and a bounded number of records in flight,
+never a shard's rows and never a number of records whose size depends on their length; the cuts
+depend only on the records and the options, never on the number of workers or processes. A task
+whose features are not built record by record, NarrativeQA, has one shard (`build_shard`).
+
+Every file is written under a temporary name and moved into place with ``os.replace``, the info
+file last, so a killed run leaves only whole shards and a rerun builds only what is missing (a
+block resumes after its last whole shard). Every process checks its shards' sha256 against their
+info before use; a truncated or corrupt shard is named in one line and rebuilt. Process 0 writes
+the manifest once every block is there; everybody waits for it (a barrier over
+`jax.distributed`).
 
 The cache key hashes the source file's bytes (``identity.json`` in the cache directory memoises
 the hash by path, size and mtime), the reader's options, the caps, the tokenizer, every feature
-option and version, ``S`` and `FORMAT_VERSION`: another value of any of them is another
-directory, never a stale read.
+option and version, ``S``, ``shard_bytes`` and `FORMAT_VERSION`: another value of any of them is
+another directory, never a stale read.
 
 Rows keep today's order, and indices inside the arrays (``example_index``) are global, so the
 concatenated shards are bit for bit the arrays the in-memory featurizer builds.
 
 The module reads top-down: the cache keys, the files (one shard's, then a prepared split's: the
-manifest and grain's random access to rows), and the building (`ShardSpec`, `prepare`).
+manifest and grain's random access to rows), and the building (`ShardSpec`, `ShardWriter`,
+`prepare`).
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -38,6 +50,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import tempfile
 import time
 import zipfile
@@ -54,8 +67,12 @@ from poi_jax.io import write_json_atomic
 # Cache keys: hashes of the data source's bytes, the tokenizer and every option, so another
 # value of any of them is another directory
 # ------------------------------------------------------------------------------------------------
-# Bump when the shard files' layout or the manifest's meaning changes.
-FORMAT_VERSION = 1
+# Bump when the shard files' layout or the manifest's meaning changes (2: shards cut by size
+# inside blocks of records).
+FORMAT_VERSION = 2
+# The size a shard's rows + meta, uncompressed, are cut at (``data.shard_bytes``): what `prepare`
+# holds of an open shard (its meta) stays under it, and evaluation loads one shard at a time.
+DEFAULT_SHARD_BYTES = 64 << 20
 
 
 def _sha(data: str | bytes) -> str:
@@ -124,14 +141,18 @@ def source_identity(source: str, memo_dir: str | None = None) -> str:
 
 
 def make_key(spec, *, task: str, split: str, source_id: str, tokenizer_id,
-             skip: int, limit: int | None, records_per_shard: int) -> tuple[str, dict]:
-  """The cache key of a split (sha256) and what it hashes (stored in the manifest)."""
+             skip: int, limit: int | None, records_per_shard: int,
+             shard_bytes: int | None = None) -> tuple[str, dict]:
+  """The cache key of a split (sha256) and what it hashes (stored in the manifest);
+  ``shard_bytes`` None: `DEFAULT_SHARD_BYTES`."""
+  shard_bytes = DEFAULT_SHARD_BYTES if shard_bytes is None else int(shard_bytes)
   parts = {"format": FORMAT_VERSION, "task": task, "split": split, "kind": spec.kind,
            "options": dict(spec.options), "key_options": dict(spec.key_options),
            "read_options": dict(spec.read_options), "source": source_id,
            "tokenizer": tokenizer_id, "skip": int(skip),
            "limit": None if limit is None or limit < 0 else int(limit),
-           "records_per_shard": int(records_per_shard) if spec.per_record else None}
+           "records_per_shard": int(records_per_shard) if spec.per_record else None,
+           "shard_bytes": shard_bytes if spec.per_record else None}
   return _sha(json.dumps(parts, sort_keys=True, default=str)), parts
 
 
@@ -154,8 +175,15 @@ class ShardError(ValueError):
 
 # ---- one shard ----------------------------------------------------------------------------------
 
-def shard_name(index: int) -> str:
-  return f"shard-{index:05d}"
+def shard_name(index: int, part: int = 0) -> str:
+  """Shard ``part`` of block ``index``: ``shard-00003``, then ``shard-00003-0001``, ..."""
+  return f"shard-{index:05d}" + (f"-{part:04d}" if part else "")
+
+
+def _name_index(name: str) -> tuple[int, int]:
+  """``shard-00003-0001`` -> (3, 1): the block and the part."""
+  fields = name.split("-")
+  return int(fields[1]), int(fields[2]) if len(fields) > 2 else 0
 
 
 def row_layout(arrays: Mapping[str, np.ndarray]) -> dict[str, list]:
@@ -298,11 +326,186 @@ def build_shard(records: Sequence, *, index: int, start: int, directory: str, ke
   return info
 
 
-def check_shard(directory: str, index: int, key: str, *, hash_files: bool = True) -> dict | None:
-  """The shard's info when it is whole (info present, same key, files of the recorded size and
-  sha256); else None, after logging one line that names the shard and says why (a missing shard
-  is not logged: it was never built)."""
-  name = shard_name(index)
+def _meta_nbytes(meta: Mapping[str, Any]) -> int:
+  """About what ``meta`` takes in the meta file: its arrays' bytes plus its other values' JSON
+  (deterministic, so the cuts that depend on it are)."""
+  return sum(v.nbytes if isinstance(v, np.ndarray) else len(json.dumps(v, sort_keys=True, default=str))
+             for v in meta.values())
+
+
+class ShardWriter:
+  """The shards of one block, written as its records' features come (`prepare`, `build_block`).
+
+  ``add(features, record)`` takes the features of one record (record indices local to it) and
+  appends its rows to the open shard's ArrayRecord file at once; its meta is kept (as the
+  record's features without rows) until the shard closes, after the first record that brings
+  the shard's rows and meta to ``shard_bytes``; ``finish()`` closes the last one. Each shard
+  is written atomically (temporary name, ``fsync``, ``os.replace``), its info last, as
+  `build_shard` writes one. What the open shard holds in memory is its meta:
+  ``buffered_bytes`` (and its maximum, ``peak_buffered_bytes``: under ``shard_bytes`` plus one
+  record's, a test checks it).
+
+  Args:
+    directory, key: the split's directory and cache key.
+    index: the block.
+    start, part: the first record (global index) and the part of the first shard written
+      (a block resumed after its whole shards starts after them).
+    merge: the task's merge (a shard's meta from its records' meta).
+    shard_bytes: the size a shard is cut at.
+  """
+
+  def __init__(self, *, directory: str, key: str, index: int, start: int, merge: Callable,
+               shard_bytes: int, part: int = 0, process_index: int = 0):
+    self.directory, self.key, self.index, self.merge = directory, key, index, merge
+    self.shard_bytes = max(int(shard_bytes), 1)
+    self.process_index = process_index
+    self.part, self.next_record = part, start
+    self.infos: list[dict] = []
+    self.buffered_bytes = self.peak_buffered_bytes = 0
+    self._writer = None
+
+  def _open(self) -> None:
+    from array_record.python import array_record_module
+    os.makedirs(self.directory, exist_ok=True)
+    fd, self._tmp = tempfile.mkstemp(dir=self.directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
+    os.close(fd)
+    self._writer = array_record_module.ArrayRecordWriter(self._tmp, WRITER_OPTIONS)
+    self._first, self._layout = self.next_record, None
+    self._windows, self._row_bytes, self._metas, self._starts = 0, 0, [], []
+    self.buffered_bytes = 0
+
+  def add(self, features: Features, record: int) -> None:
+    """Appends the features of record ``record`` (the block's next record, global index)."""
+    if record != self.next_record:
+      raise ShardError(f"shard {shard_name(self.index, self.part)}: record {record} given "
+                       f"where record {self.next_record} comes next")
+    if self._writer is None:
+      self._open()
+    features = self.merge([features], [record])  # record indices made global
+    arrays = {k: np.asarray(v) for k, v in features.arrays.items()}
+    counts = {len(v) for v in arrays.values()}
+    if len(counts) > 1:
+      raise ShardError(f"record {record}: arrays of different lengths {sorted(counts)}")
+    windows = counts.pop() if counts else 0
+    layout = row_layout(arrays)
+    if self._layout is None or (windows and not self._windows):
+      self._layout = layout  # (a record without windows may have other row shapes)
+    elif windows and layout != self._layout:
+      raise ShardError(f"record {record} has arrays {layout}, the first record of shard "
+                       f"{shard_name(self.index, self.part)} {self._layout}")
+    for row in encode_rows(arrays):
+      self._writer.write(row)
+      self._row_bytes += len(row)
+    self._windows += windows
+    # What stays until the shard closes: the record's meta (its rows are on disk; the merge
+    # that joins the metas gets empty arrays of the same names).
+    self._metas.append(Features({k: np.zeros(0, np.int32) for k in arrays}, features.meta))
+    self._starts.append(0)  # (its record indices are global already)
+    self.buffered_bytes += _meta_nbytes(features.meta)
+    self.peak_buffered_bytes = max(self.peak_buffered_bytes, self.buffered_bytes)
+    self.next_record = record + 1
+    if self._row_bytes + self.buffered_bytes >= self.shard_bytes:
+      self._close()
+
+  def _close(self) -> None:
+    writer, self._writer = self._writer, None
+    name = shard_name(self.index, self.part)
+    rows_path = os.path.join(self.directory, name + ".array_record")
+    meta_path = os.path.join(self.directory, name + ".meta.npz")
+    try:
+      ok = writer.ok()  # a full disk or an I/O error shows up here
+      writer.close()
+      if not ok:
+        raise OSError(f"writing {rows_path} failed (ArrayRecord writer not ok)")
+      with open(self._tmp, "rb+") as f:
+        os.fsync(f.fileno())
+      os.replace(self._tmp, rows_path)
+    except BaseException:
+      if os.path.exists(self._tmp):
+        os.remove(self._tmp)
+      raise
+    meta = self.merge(self._metas, self._starts).meta
+    self._metas = []
+    _atomic(self.directory, meta_path, lambda p: write_meta(p, meta))
+    info = {"format": FORMAT_VERSION, "key": self.key, "index": self.index, "part": self.part,
+            "records": [self._first, self.next_record], "windows": self._windows,
+            "layout": self._layout, "built_by": self.process_index,
+            "files": {os.path.basename(p): {"bytes": os.path.getsize(p),
+                                            "sha256": file_sha256(p)}
+                      for p in (rows_path, meta_path)}}
+    write_json_atomic(os.path.join(self.directory, name + ".json"), info, sort_keys=True)
+    self.infos.append(info)
+    self.part += 1
+    self.buffered_bytes = 0
+
+  def finish(self) -> list[dict]:
+    """Closes the open shard (if a record went in since the last one closed); returns the info
+    of every shard this writer closed."""
+    if self._writer is not None:
+      self._close()
+    return self.infos
+
+  def abort(self) -> None:
+    """Drops the open shard's temporary file (on an error)."""
+    if self._writer is not None:
+      writer, self._writer = self._writer, None
+      try:
+        writer.close()
+      finally:
+        if os.path.exists(self._tmp):
+          os.remove(self._tmp)
+
+
+def featurize_record(record, tokenizer, *, build: Callable, options: Mapping[str, Any],
+                     validate: Callable | None = None) -> Features:
+  """One record's features (record indices local: 0), validated."""
+  features = build([record], tokenizer, **options)
+  if validate is not None:
+    validate(features)
+  return features
+
+
+def build_block(records: Sequence, *, index: int, start: int, directory: str, key: str,
+                build: Callable, merge: Callable, options: Mapping[str, Any], tokenizer,
+                shard_bytes: int | None = None, check: Callable | None = None,
+                validate: Callable | None = None, process_index: int = 0) -> list[dict]:
+  """The unit of work of the Beam pipeline, a pure function: the records of block ``index``
+  (records ``start ..`` of the split) -> its finished shards (one or more, cut by size as
+  `prepare` cuts them: the same bytes). Returns their infos in order."""
+  writer = ShardWriter(directory=directory, key=key, index=index, start=start, merge=merge,
+                       shard_bytes=DEFAULT_SHARD_BYTES if shard_bytes is None else shard_bytes,
+                       process_index=process_index)
+  try:
+    for i, record in enumerate(records):
+      if check is not None:
+        check([records[0], record])
+      writer.add(featurize_record(record, tokenizer, build=build, options=options,
+                                  validate=validate), start + i)
+    return writer.finish()
+  except BaseException:
+    writer.abort()
+    raise
+
+
+def block_parts(directory: str, index: int, key: str, start: int, *,
+                hash_files: bool = True) -> tuple[list[dict], int]:
+  """The whole shards of block ``index`` (its first record ``start``), in order, as far as they
+  follow each other without a gap, and the record after the last one: where the block resumes."""
+  infos, nxt = [], start
+  while True:
+    info = check_shard(directory, index, key, hash_files=hash_files, part=len(infos))
+    if info is None or info.get("records", [None])[0] != nxt:
+      return infos, nxt
+    infos.append(info)
+    nxt = info["records"][1]
+
+
+def check_shard(directory: str, index: int, key: str, *, hash_files: bool = True,
+                part: int = 0) -> dict | None:
+  """The info of shard ``part`` of block ``index`` when it is whole (info present, same key,
+  files of the recorded size and sha256); else None, after logging one line that names the shard
+  and says why (a missing shard is not logged: it was never built)."""
+  name = shard_name(index, part)
   info_path = os.path.join(directory, name + ".json")
   if not os.path.exists(info_path):
     return None
@@ -428,12 +631,13 @@ def assemble_manifest(directory: str, key: str, description: dict, infos: list[d
   layout = next((i["layout"] for i in infos if i["windows"]), infos[0]["layout"] if infos else {})
   for info in infos:
     if info["windows"] and info["layout"] != layout:
-      raise ShardError(f"shard {shard_name(info['index'])} in {directory} has arrays "
+      raise ShardError(f"shard {shard_name(info['index'], info.get('part', 0))} in {directory} "
+                       f"has arrays "
                        f"{info['layout']}, the first shard {layout}")
   windows = int(sum(i["windows"] for i in infos))
   shards, w0 = [], 0
   for info in infos:
-    name = shard_name(info["index"])
+    name = shard_name(info["index"], info.get("part", 0))
     shards.append({"name": name, "records": info["records"], "windows": info["windows"],
                    "first_window": w0, "layout": info["layout"], "files": info["files"]})
     w0 += info["windows"]
@@ -488,10 +692,18 @@ def barrier(name: str, process_count: int) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+# Worker processes get consecutive records in tasks of at most GROUP_RECORDS records and about
+# GROUP_BYTES of pickled records plus their features (estimated from the largest record's
+# features so far; one record a task until the first results are back); at most 2 tasks per
+# worker are in flight, so what this process holds of them is bounded whatever their length.
+GROUP_RECORDS = 64
+GROUP_BYTES = 4 << 20
+
+
 def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, key: str,
-            description: dict, records_per_shard: int, num_workers: int = 0,
-            process_index: int = 0, process_count: int = 1, progress: bool = True,
-            desc: str = "preparing") -> ShardedSplit:
+            description: dict, records_per_shard: int, shard_bytes: int | None = None,
+            num_workers: int = 0, process_index: int = 0, process_count: int = 1,
+            progress: bool = True, desc: str = "preparing") -> ShardedSplit:
   """Builds the missing shards of a split and returns it with its manifest.
 
   Args:
@@ -500,70 +712,100 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
       ``spec.per_record`` is False).
     tokenizer: passed to ``spec.build``.
     directory, key, description: where the split lives, its cache key and what the key hashes.
-    records_per_shard: records per shard (``spec.per_record``); > 0.
-    num_workers: featurizing processes (0 or 1: this process).
-    process_index, process_count: this process builds shards ``process_index``,
+    records_per_shard: records per block (``spec.per_record``), the most a shard holds; > 0.
+    shard_bytes: the size shards are cut at (rows + meta; None: `DEFAULT_SHARD_BYTES`).
+    num_workers: featurizing processes (0 or 1: this process). Their results come back in
+      record order and this process writes them, so the shards do not depend on it.
+    process_index, process_count: this process builds blocks ``process_index``,
       ``process_index + process_count``, ...; process 0 writes the manifest.
-    progress: a tqdm bar of records (records/s) with windows/s.
+    progress: a tqdm bar of records (records/s) with windows/s and shards.
   """
   from tqdm.auto import tqdm
   os.makedirs(directory, exist_ok=True)
   manifest = read_manifest(directory, key)
   per = max(int(records_per_shard), 1) if spec.per_record else None
+  budget = DEFAULT_SHARD_BYTES if shard_bytes is None else max(int(shard_bytes), 1)
 
   def owned(k: int) -> bool:
     return k % process_count == process_index
 
-  ready: dict[int, dict] = {}
   if manifest is not None:
     for s in manifest["shards"]:
-      k = int(s["name"].split("-")[1])
-      info = check_shard(directory, k, key) if owned(k) else {"ok": True}
-      if info is None:
+      k, part = _name_index(s["name"])
+      if owned(k) and check_shard(directory, k, key, part=part) is None:
         break
-      ready[k] = info
     else:  # every shard this process owns is whole
       barrier(f"shards-built-{key[:12]}", process_count)
       barrier(f"manifest-{key[:12]}", process_count)
       return ShardedSplit(directory, manifest)
-    ready = {}
     manifest = None
 
   # Build what is missing, streaming the records once.
-  infos: dict[int, dict] = {}
+  infos: dict[int, list[dict]] = {}  # block -> its whole shards' infos (this process's blocks)
   n_records = 0
   workers = max(int(num_workers), 0)
-  common = dict(directory=directory, key=key, build=spec.build, merge=spec.merge,
-                options=dict(spec.options), check=spec.check, validate=spec.validate,
-                process_index=process_index)
   bar = tqdm(desc=desc, unit="rec", leave=False, **({} if progress else {"disable": True}))
-  t0, windows_done = time.time(), 0
+  t0, windows_done, shards_done = time.time(), 0, 0
+  writer: ShardWriter | None = None  # the open block's
 
-  def done(info: dict) -> None:
-    nonlocal windows_done
-    infos[info["index"]] = info
-    windows_done += info["windows"]
-    bar.set_postfix(windows_s=f"{windows_done / max(time.time() - t0, 1e-9):.1f}",
-                    shards=len(infos))
+  def finish_block() -> None:
+    nonlocal writer, windows_done, shards_done
+    if writer is not None:
+      new = writer.finish()
+      infos[writer.index].extend(new)
+      windows_done += sum(i["windows"] for i in new)
+      shards_done += len(new)
+      bar.set_postfix(windows_s=f"{windows_done / max(time.time() - t0, 1e-9):.1f}",
+                      shards=shards_done)
+      writer = None
+
+  def consume(i: int, features: Features) -> None:  # in record order
+    nonlocal writer
+    k = i // per
+    if writer is None or writer.index != k:
+      finish_block()
+      writer = ShardWriter(directory=directory, key=key, index=k, start=i, merge=spec.merge,
+                           shard_bytes=budget, part=len(infos[k]), process_index=process_index)
+    writer.add(features, i)
 
   pool = None
   if workers > 1 and spec.per_record:
     pool = concurrent.futures.ProcessPoolExecutor(
         max_workers=workers, mp_context=parallel._context(), initializer=parallel._init_worker,
         initargs=(tokenizer,))
-  pending: list = []
+  featurize = dict(build=spec.build, options=dict(spec.options), validate=spec.validate)
+  pending: collections.deque = collections.deque()  # (record indices, future), in order
+  group: list = []  # (record index, pickled record) of the next task
+  group_bytes = 0
+  feature_bytes = 0  # the most one record's features took so far (0: no result yet)
 
-  def submit(index: int, start: int, chunk: list) -> None:
-    existing = check_shard(directory, index, key)
-    if existing is not None:
-      done(existing)
-      return
+  def drain(keep: int) -> None:
+    nonlocal feature_bytes
+    while len(pending) > keep:
+      indices, fut = pending.popleft()
+      for i, features in zip(indices, fut.result()):
+        feature_bytes = max(feature_bytes, 1, _features_nbytes(features))
+        consume(i, features)
+
+  def flush() -> None:
+    nonlocal group, group_bytes
+    if group:
+      pending.append(([i for i, _ in group],
+                      pool.submit(_featurize_in_worker, [b for _, b in group], featurize)))
+      group, group_bytes = [], 0
+    drain(2 * workers)  # bounded: at most 2 tasks per worker in flight
+
+  def submit(i: int, rec) -> None:
+    nonlocal group_bytes
     if pool is None:
-      done(build_shard(chunk, index=index, start=start, tokenizer=tokenizer, **common))
+      consume(i, featurize_record(rec, tokenizer, **featurize))
       return
-    pending.append(pool.submit(_build_in_worker, chunk, index, start, common))
-    while len(pending) > 2 * workers:  # bounded memory: at most 2 shards per worker in flight
-      done(pending.pop(0).result())
+    blob = pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
+    group.append((i, blob))
+    group_bytes += len(blob)
+    if (not feature_bytes or len(group) >= GROUP_RECORDS
+        or group_bytes + len(group) * feature_bytes >= GROUP_BYTES):
+      flush()
 
   try:
     if per is None:  # the whole split is one unit
@@ -571,48 +813,66 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
       n_records = len(chunk)
       bar.update(n_records)
       if owned(0):
-        submit(0, 0, chunk)
+        infos[0] = [check_shard(directory, 0, key) or build_shard(
+            chunk, index=0, start=0, directory=directory, key=key, build=spec.build,
+            merge=spec.merge, options=dict(spec.options), tokenizer=tokenizer,
+            check=spec.check, validate=spec.validate, process_index=process_index)]
       chunk = []
     else:
-      chunk, index = [], 0
-      for rec in records:
-        if owned(index):
-          chunk.append(rec)
-        n_records += 1
+      resume, first = 0, None  # the owned block's first record still to build
+      for i, rec in enumerate(records):
+        n_records = i + 1
         bar.update(1)
-        if n_records % per == 0:
-          if owned(index):
-            submit(index, index * per, chunk)
-          chunk, index = [], index + 1
-      if n_records % per and owned(index):
-        submit(index, index * per, chunk)
+        k = i // per
+        if not owned(k):
+          continue
+        if i == k * per:  # a block starts: its whole shards are kept, it resumes after them
+          infos[k], resume = block_parts(directory, k, key, i)
+          windows_done += sum(info["windows"] for info in infos[k])
+          shards_done += len(infos[k])
+        if i < resume:
+          continue
+        if spec.check is not None:  # (e.g. as many options as the first record)
+          first = rec if first is None else first
+          spec.check([first, rec])
+        submit(i, rec)
+      if pool is not None:
+        flush()
+        drain(0)
+      finish_block()
       if n_records == 0 and owned(0):  # an empty split: one empty shard
-        submit(0, 0, [])
-      chunk = []
-    for fut in pending:
-      done(fut.result())
+        infos[0] = [check_shard(directory, 0, key) or build_shard(
+            [], index=0, start=0, directory=directory, key=key, build=spec.build,
+            merge=spec.merge, options=dict(spec.options), tokenizer=tokenizer,
+            check=spec.check, validate=spec.validate, process_index=process_index)]
   except BaseException:
-    if pool is not None:
-      for fut in pending:
-        fut.cancel()
+    if writer is not None:
+      writer.abort()
+    for _, fut in pending:
+      fut.cancel()
     raise
   finally:
     bar.close()
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
 
-  num_shards = 1 if per is None else max(-(-n_records // per), 1)
+  num_blocks = 1 if per is None else max(-(-n_records // per), 1)
   barrier(f"shards-built-{key[:12]}", process_count)
   if process_index == 0:
     # Every process is done writing shards: what a killed earlier run left half-written goes.
     remove_stale_temporaries(directory)
     all_infos = []
-    for k in range(num_shards):
-      info = infos.get(k) or check_shard(directory, k, key, hash_files=False)
-      if info is None:
-        raise ShardError(f"feature shard {os.path.join(directory, shard_name(k))} is missing "
-                         f"after every process prepared its shards")
-      all_infos.append(info)
+    for k in range(num_blocks):
+      start = 0 if per is None else k * per
+      end = n_records if per is None else min(start + per, n_records)
+      got = infos.get(k)
+      if got is None:
+        got, _ = block_parts(directory, k, key, start, hash_files=False)
+      if not got or got[-1]["records"][1] != end:
+        raise ShardError(f"feature shards of records {start}..{end - 1} "
+                         f"({os.path.join(directory, shard_name(k))}, ...) are missing after "
+                         f"every process prepared its shards")
+      all_infos.extend(got)
     manifest = assemble_manifest(directory, key, description, all_infos, n_records)
     write_json_atomic(os.path.join(directory, MANIFEST), manifest, sort_keys=True)
   barrier(f"manifest-{key[:12]}", process_count)
@@ -622,6 +882,12 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
   return ShardedSplit(directory, manifest)
 
 
-def _build_in_worker(records, index, start, common):
-  return build_shard(records, index=index, start=start, tokenizer=parallel._worker_tokenizer,
-                     **common)
+def _features_nbytes(features: Features) -> int:
+  """Bytes of ``features``' arrays (rows and meta; the meta's other values are left out)."""
+  return (sum(np.asarray(v).nbytes for v in features.arrays.values())
+          + sum(v.nbytes for v in features.meta.values() if isinstance(v, np.ndarray)))
+
+
+def _featurize_in_worker(blobs: list[bytes], featurize: dict) -> list[Features]:
+  return [featurize_record(pickle.loads(b), parallel._worker_tokenizer, **featurize)
+          for b in blobs]

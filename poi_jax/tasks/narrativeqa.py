@@ -286,7 +286,7 @@ def _merge_whole_split(parts, starts):
 # by its bytes, the caps by their values).
 _NOT_FEATURES = ("num_workers", "cache_dir", "train_file", "eval_file", "predict_file",
                  "max_train_examples", "max_eval_examples", "skip_eval_examples",
-                 "records_per_shard")
+                 "records_per_shard", "shard_bytes")
 
 
 def _feature_config_json(config) -> str:

@@ -40,6 +40,7 @@ _RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "data.max_query_length": (lambda v: v >= 1, ">= 1"),
     "data.num_workers": (lambda v: v >= 0, ">= 0 (0: featurise in this process)"),
     "data.records_per_shard": (lambda v: v >= 1, ">= 1"),
+    "data.shard_bytes": (lambda v: v >= 1, ">= 1"),
     "data.max_train_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
     "data.max_eval_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
     "eval.n_best_size": (lambda v: v >= 1, ">= 1"),

@@ -5,8 +5,9 @@ shard (and one batch), never the split.
 The windows are predicted in the global batches of `poi_jax.data.loader.eval_batches` over the
 whole split (every process its rows of each batch, outputs gathered on every process, the last
 batch padded and masked), exactly the batches a whole-split prediction runs: a batch that spans
-two shards is predicted once and its rows go to both. Shard ``k`` holds every window of records
-``[k * S, (k + 1) * S)``, so a shard is a chunk of whole examples (`poi_jax.tasks.base.Evaluator`).
+two shards is predicted once and its rows go to both. A shard holds every window of its records
+(the manifest's ``records`` range; shards are cut after a whole record), so a shard is a chunk of
+whole examples (`poi_jax.tasks.base.Evaluator`).
 """
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ r"""``--mode=prepare`` on Apache Beam: for a corpus that outgrows the hosts of o
 ``--beam_pipeline_options`` takes Beam's own options, comma-separated without their dashes (as
 TFDS's ``--beam_pipeline_options`` does): ``runner=DirectRunner,direct_num_workers=4``,
 ``runner=FlinkRunner,flink_master=host:8081``, ``runner=SparkRunner``, ... The pipeline runs the
-same pure unit of work as ``--mode=prepare`` (`poi_jax.data.shards.build_shard`: records ``k*S ..
-(k+1)*S-1`` of the split -> shard ``k``) on Beam's workers, so the directory, the cache key, every
+same pure unit of work as ``--mode=prepare`` (`poi_jax.data.shards.build_block`: records ``k*S ..
+(k+1)*S-1`` of the split -> the shards of block ``k``, cut at ``data.shard_bytes``) on Beam's
+workers, so the directory, the cache key, every
 shard's bytes and the manifest are those ``--mode=prepare`` writes (tested with the
 DirectRunner), and a later ``--mode=train`` reads them without building anything. What stays the
 same as the local path: shards already whole are kept (a rerun builds only the missing ones),
@@ -19,9 +20,10 @@ them into shard-sized chunks, skipping the shards that are already whole; a resh
 chunks over the workers; each worker builds its shards (tokenizer and NLTK loaded once per worker
 in ``setup``); the last step assembles the manifest from every shard's info. ``data.cache_dir``
 must be a path every worker can write (a shared file system, or a bucket mounted with FUSE):
-the shards are files, as grain reads them. Memory per worker: one shard's records and features
-(``data.records_per_shard`` records), the per-shard bound that huggingface/datasets#4525 lacked
-when it built Natural Questions on Dataflow.
+the shards are files, as grain reads them. Memory per worker: one block's records
+(``data.records_per_shard`` records, a Beam element) and one shard's meta (its rows are written
+as they are featurized, as `--mode=prepare` does), the per-shard bound that
+huggingface/datasets#4525 lacked when it built Natural Questions on Dataflow.
 
 Beam is an optional extra (``[beam]``): importing this module does not import it, and a missing
 ``apache_beam`` is one clear error naming the extra.
@@ -63,13 +65,15 @@ def _import_beam():
 
 def _chunks(_, *, config, split: str, directory: str, key: str,
             per_shard: int | None) -> Iterator[tuple[str, int, int, list]]:
-  """The split's records as ``("build", k, start, records)`` per missing shard, or ``("have",
-  k, start, [])`` per whole one; the whole split is one chunk when ``per_shard`` is None."""
+  """The split's records as ``("build", k, start, records)`` per block with a shard missing,
+  or ``("have", k, start, [])`` per whole one; the whole split is one chunk when ``per_shard``
+  is None."""
   task = tasks.get_task(config.task)
   records = splits_lib.stream_records(task, config, split)
 
   def chunk(k, start, recs):
-    if shards.check_shard(directory, k, key) is not None:
+    parts, end = shards.block_parts(directory, k, key, start)
+    if parts and end == start + len(recs):
       return ("have", k, start, [])
     return ("build", k, start, recs)
 
@@ -91,8 +95,9 @@ def _beam_classes(beam):
   class BuildShard(beam.DoFn):
     """Builds one chunk's shard; the tokenizer and NLTK's tagger load once per worker."""
 
-    def __init__(self, config, split: str, directory: str, key: str):
+    def __init__(self, config, split: str, directory: str, key: str, shard_bytes: int):
       self.config, self.split, self.directory, self.key = config, split, directory, key
+      self.shard_bytes = shard_bytes
 
     def setup(self):
       task = tasks.get_task(self.config.task)
@@ -105,25 +110,31 @@ def _beam_classes(beam):
     def process(self, item):
       what, k, start, records = item
       if what == "have":
-        info = shards.check_shard(self.directory, k, self.key, hash_files=False)
-        if info is not None:
-          yield info
+        infos, _ = shards.block_parts(self.directory, k, self.key, start, hash_files=False)
+        if infos:
+          yield from infos
           return
         # Gone since the chunking step looked: rebuild it from the source.
         raise shards.ShardError(f"feature shard {shards.shard_name(k)} in {self.directory} "
                                 f"disappeared during the pipeline; run it again")
-      yield shards.build_shard(records, index=k, start=start, directory=self.directory,
-                               key=self.key, build=self.spec.build, merge=self.spec.merge,
-                               options=dict(self.spec.options), tokenizer=self.tokenizer,
-                               check=self.spec.check, validate=self.spec.validate)
+      common = dict(index=k, start=start, directory=self.directory, key=self.key,
+                    build=self.spec.build, merge=self.spec.merge,
+                    options=dict(self.spec.options), tokenizer=self.tokenizer,
+                    check=self.spec.check, validate=self.spec.validate)
+      if not self.spec.per_record or not records:  # (the whole split; an empty split)
+        yield shards.build_shard(records, **common)
+        return
+      yield from shards.build_block(records, shard_bytes=self.shard_bytes, **common)
 
   return BuildShard
 
 
 def _write_manifest(infos: list[dict], *, directory: str, key: str, description: dict) -> str:
-  infos = sorted(infos, key=lambda i: i["index"])
-  if [i["index"] for i in infos] != list(range(len(infos))):
-    raise shards.ShardError(f"the pipeline built shards {[i['index'] for i in infos]} of "
+  infos = sorted(infos, key=lambda i: (i["index"], i.get("part", 0)))
+  blocks = sorted({i["index"] for i in infos})
+  if blocks != list(range(len(blocks))) or any(
+      a["records"][1] != b["records"][0] for a, b in zip(infos, infos[1:])):
+    raise shards.ShardError(f"the pipeline built the shards of blocks {blocks} of "
                             f"{directory}: some are missing")
   num_records = infos[-1]["records"][1] if infos else 0
   manifest = shards.assemble_manifest(directory, key, description, infos, num_records)
@@ -149,7 +160,9 @@ def prepare_splits(task, config, splits: list[str], tokenizer,
            | f"{split}: read and chunk" >> beam.FlatMap(_chunks, config=config, split=split,
                                                         per_shard=per, **where)
            | f"{split}: spread" >> beam.Reshuffle()
-           | f"{split}: build shards" >> beam.ParDo(BuildShard(config, split, **where))
+           | f"{split}: build shards" >> beam.ParDo(BuildShard(config, split,
+                                                              shard_bytes=plan.shard_bytes,
+                                                              **where))
            | f"{split}: gather infos" >> beam.combiners.ToList()
            | f"{split}: manifest" >> beam.Map(_write_manifest, description=plan.description,
                                               **where))

@@ -59,6 +59,7 @@ class SplitPlan:
   description: dict
   directory: str
   records_per_shard: int
+  shard_bytes: int
 
 
 def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
@@ -77,14 +78,17 @@ def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
   per_shard = int(config.data.get("records_per_shard", 1024))
   if per_shard <= 0:
     raise ValueError(f"data.records_per_shard={per_shard} must be positive")
+  shard_bytes = int(config.data.get("shard_bytes", shards.DEFAULT_SHARD_BYTES))
+  if shard_bytes <= 0:
+    raise ValueError(f"data.shard_bytes={shard_bytes} must be positive")
   key, description = shards.make_key(
       spec, task=config.task, split=split,
       source_id=shards.source_identity(split_source(config, split), memo_dir=cache_dir),
       tokenizer_id=shards.tokenizer_fingerprint(tokenizer), skip=skip, limit=limit,
-      records_per_shard=per_shard)
+      records_per_shard=per_shard, shard_bytes=shard_bytes)
   description["source_file"] = split_source(config, split)
   directory = os.path.join(cache_dir, f"{config.task}-{split}-{key[:16]}")
-  return SplitPlan(spec, key, description, directory, per_shard)
+  return SplitPlan(spec, key, description, directory, per_shard, shard_bytes)
 
 
 def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | None = None,
@@ -97,7 +101,7 @@ def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | No
   prepared = shards.prepare(
       plan.spec, split_records, tokenizer, directory=plan.directory, key=plan.key,
       description=plan.description, records_per_shard=plan.records_per_shard,
-      num_workers=config.data.num_workers,
+      shard_bytes=plan.shard_bytes, num_workers=config.data.num_workers,
       process_index=jax.process_index(), process_count=jax.process_count(),
       progress=progress and jax.process_index() == 0, desc=f"{config.task} {split} shards")
   prepared.merge = plan.spec.merge

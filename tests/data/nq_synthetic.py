@@ -1,7 +1,8 @@
 """Synthetic Natural Questions pages (full format) from the SQuAD 2.0 subset (test helper).
 
 A page = ``<H1> title </H1>`` then a window of ``paragraphs_per_page`` consecutive paragraphs of
-one article, each ``<P> words </P>`` (a top-level candidate). A SQuAD question of the page's
+one article, each ``<P> words </P>`` (a top-level candidate; more paragraphs than the article
+has: its paragraphs again, in a cycle, for long pages). A SQuAD question of the page's
 paragraph becomes one NQ example: answerable questions get a long answer (the paragraph) and a
 short answer (the words overlapping the first SQuAD answer); unanswerable ones a null annotation.
 ``annotations`` copies the annotation ``num_annotations`` times (dev has 5 annotators; the
@@ -32,7 +33,7 @@ def page_examples(squad_path: str, *, paragraphs_per_page: int = 3, max_examples
     paras = article["paragraphs"]
     for p_i, para in enumerate(paras):
       lo = max(0, min(p_i - paragraphs_per_page // 2, len(paras) - paragraphs_per_page))
-      page = paras[lo:lo + paragraphs_per_page]
+      page = [paras[(lo + j) % len(paras)] for j in range(paragraphs_per_page)]
       tokens, cands, spans = [], [], {}
       byte = 0
 
@@ -58,7 +59,7 @@ def page_examples(squad_path: str, *, paragraphs_per_page: int = 3, max_examples
         cands.append({"start_token": start, "end_token": len(tokens),
                       "start_byte": tokens[start]["start_byte"],
                       "end_byte": tokens[-1]["end_byte"], "top_level": True})
-        spans[lo + k] = (len(cands) - 1, word_index)
+        spans[(lo + k) % len(paras)] = (len(cands) - 1, word_index)
       cand_i, word_index = spans[p_i]
       for qa in para["qas"][:questions_per_paragraph]:
         if len(out) >= max_examples:
