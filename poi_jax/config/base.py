@@ -93,6 +93,13 @@ def get_base_config() -> ml_collections.ConfigDict:
   # Records (questions, pages) per feature shard: the unit of work of `--mode=prepare`, of a
   # rerun after a kill, and of the split between hosts (process i builds shards i, i+N, ...).
   c.data.records_per_shard = 1024
+  # Length buckets (poi_jax/data/buckets.py): each batch is padded to the smallest bucket that
+  # holds its longest window instead of max_seq_length. "auto": a quarter, a half, three quarters
+  # and all of max_seq_length; "off": max_seq_length only (one shape); or lengths, "128,256,384".
+  c.data.length_buckets = "auto"
+  # Training draws each group of this many global batches from the shuffled windows, sorted by
+  # length, then shuffles the batches' order (the larger, the less padding, the less random).
+  c.data.bucket_window_batches = 8
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
   # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so

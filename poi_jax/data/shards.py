@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from poi_jax.data import parallel
+from poi_jax.data import buckets, parallel
 from poi_jax.data.features.base import Features
 from poi_jax.io import write_json_atomic
 
@@ -291,6 +291,10 @@ def build_shard(records: Sequence, *, index: int, start: int, directory: str, ke
   _atomic(directory, meta_path, lambda p: write_meta(p, features.meta))
   info = {"format": FORMAT_VERSION, "key": key, "index": index,
           "records": [start, start + len(records)], "windows": windows,
+          # real tokens per window: the training batch plan of length buckets reads these
+          # instead of the rows (poi_jax/data/buckets.py)
+          "lengths": buckets.window_lengths(arrays).tolist() if "attention_mask" in arrays
+                     else None,
           "layout": row_layout(arrays), "built_by": process_index,
           "files": {os.path.basename(p): {"bytes": os.path.getsize(p), "sha256": file_sha256(p)}
                     for p in (rows_path, meta_path)}}
@@ -385,6 +389,21 @@ class ShardedSplit:
 
   def array_shapes(self) -> dict[str, tuple]:
     return {k: tuple(v["shape"]) for k, v in self.manifest["arrays"].items()}
+
+  def window_lengths(self) -> np.ndarray:
+    """Real tokens of every window ``(num_windows,)``, from the shards' info files (no row is
+    read); shards written before they kept lengths: from their ``attention_mask`` rows."""
+    parts = []
+    for s in self.manifest["shards"]:
+      with open(os.path.join(self.directory, s["name"] + ".json")) as f:
+        lengths = json.load(f).get("lengths")
+      if lengths is None or len(lengths) != s["windows"]:
+        w0 = int(s.get("first_window", sum(len(p) for p in parts)))
+        rows = self.rows(["attention_mask"])
+        lengths = buckets.window_lengths(rows.get(np.arange(w0, w0 + int(s["windows"])))) \
+            if s["windows"] else []
+      parts.append(np.asarray(lengths, np.int32))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
   def shard_features(self, index: int) -> Features:
     """The arrays and meta of shard ``index`` (its position in the manifest): the windows of
