@@ -16,7 +16,7 @@ import pytest
 
 from configs import dream as dream_config
 from poi_jax import Reader, tasks
-from poi_jax.data import readers
+from poi_jax.data import buckets, readers
 from poi_jax.predict import predict_file
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import export_files
@@ -171,6 +171,41 @@ def test_no_candidate_span_is_said_explicitly(squad_reader, squad_records):
   assert squad_reader.config.eval.max_answer_length > 0  # the fixture's own config untouched
   b = squad_reader.answer(r.question, r.context, null_threshold=1e9)  # δ huge: a span
   assert not b.no_candidate and not b.no_answer and b.nbest[0]["text"] == b.text
+
+
+def _with_buckets(reader, spec, batch_size=4):
+  """A copy of ``reader`` whose config sets ``data.length_buckets`` (fresh jitted functions)."""
+  other = Reader(copy.deepcopy(reader.config), reader.task, reader.model,
+                 tokenizer=reader.tokenizer, step=reader.step,
+                 null_threshold=reader.null_threshold, batch_size=batch_size)
+  other.config.data.length_buckets = spec
+  return other
+
+
+def test_length_buckets_give_the_answers_of_full_length_batches(squad_reader, squad_records):
+  # Every window at max_seq_length (off) against windows ordered by length and cut to 4 buckets:
+  # the logits on real positions agree to float32 tolerance, the answers and n-best exactly.
+  off, on = _with_buckets(squad_reader, "off"), _with_buckets(squad_reader, "auto")
+  assert off.buckets == (128,) and on.buckets == (32, 64, 96, 128)
+  features = on.featurize(squad_records)
+  lengths = buckets.window_lengths(features.arrays)
+  used = {buckets.bucket_of(int(lengths[i].max()), on.buckets) for i, _ in
+          buckets.sorted_batches(lengths, on.batch_size, on.buckets)}
+  assert len(used) >= 2, used  # some batches were cut (else the test proves nothing)
+  a, b = off.predict(features, explain=True), on.predict(features, explain=True)
+  for k in ("start_logits", "end_logits", "token_scores"):
+    assert a[k].shape == b[k].shape
+    for i, n in enumerate(lengths):
+      np.testing.assert_allclose(b[k][i, :n], a[k][i, :n], rtol=1e-5, atol=1e-5, err_msg=k)
+  assert np.isneginf(b["start_logits"][:, -1]).any()  # cut positions come back as -inf
+  want, got = _answers(off, squad_records), _answers(on, squad_records)
+  assert [x.text for x in got] == [x.text for x in want]
+  for x, y in zip(got, want):
+    assert [c["text"] for c in x.nbest] == [c["text"] for c in y.nbest]
+    assert [c["score"] for c in x.nbest] == pytest.approx([c["score"] for c in y.nbest],
+                                                          abs=1e-4)
+  # One compiled shape per bucket used and batch size; off: one length only.
+  assert on.compiled_shapes > off.compiled_shapes
 
 
 def test_null_threshold_falls_back_to_the_config():

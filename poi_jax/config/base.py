@@ -97,6 +97,17 @@ def get_base_config() -> ml_collections.ConfigDict:
   # as it is featurized and holds at most about this much of a shard (its meta); evaluation
   # loads one shard at a time (docs/data.md#feature-shards).
   c.data.shard_bytes = 64 << 20
+  # Length buckets (poi_jax/data/buckets.py): each batch is padded to the smallest bucket that
+  # holds its longest window instead of max_seq_length. "auto": a quarter, a half, three quarters
+  # and all of max_seq_length; "off": max_seq_length only (one shape); or lengths, "128,256,384".
+  c.data.length_buckets = "auto"
+  # Training draws each group of this many global batches from the shuffled windows, sorted by
+  # length, then shuffles the batches' order (the larger, the less padding, the less random).
+  c.data.bucket_window_batches = 8
+  # Whether training batches are bucketed too. Off until a training run with buckets is shown to
+  # reach the unbucketed run's score (the span loss's softmax spans a batch's padding, so a
+  # bucketed batch is a slightly different objective); evaluation and prediction are exact.
+  c.data.bucket_training = False
   c.data.max_train_examples = -1  # < 0: all
   c.data.max_eval_examples = -1
   # Eval questions skipped before the cap: the tiny variants train and evaluate on one file, so

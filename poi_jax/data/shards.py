@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from poi_jax.data import parallel
+from poi_jax.data import buckets, parallel
 from poi_jax.data.features.base import Features
 from poi_jax.io import write_json_atomic
 
@@ -319,6 +319,10 @@ def build_shard(records: Sequence, *, index: int, start: int, directory: str, ke
   _atomic(directory, meta_path, lambda p: write_meta(p, features.meta))
   info = {"format": FORMAT_VERSION, "key": key, "index": index,
           "records": [start, start + len(records)], "windows": windows,
+          # real tokens per window: the training batch plan of length buckets reads these
+          # instead of the rows (poi_jax/data/buckets.py)
+          "lengths": buckets.window_lengths(arrays).tolist() if "attention_mask" in arrays
+                     else None,
           "layout": row_layout(arrays), "built_by": process_index,
           "files": {os.path.basename(p): {"bytes": os.path.getsize(p), "sha256": file_sha256(p)}
                     for p in (rows_path, meta_path)}}
@@ -372,6 +376,7 @@ class ShardWriter:
     self._writer = array_record_module.ArrayRecordWriter(self._tmp, WRITER_OPTIONS)
     self._first, self._layout = self.next_record, None
     self._windows, self._row_bytes, self._metas, self._starts = 0, 0, [], []
+    self._lengths: list[int] | None = []
     self.buffered_bytes = 0
 
   def add(self, features: Features, record: int) -> None:
@@ -397,6 +402,13 @@ class ShardWriter:
       self._writer.write(row)
       self._row_bytes += len(row)
     self._windows += windows
+    if self._lengths is not None and windows:
+      # real tokens per window: the training batch plan of length buckets reads these instead of
+      # the rows (poi_jax/data/buckets.py); 4 bytes a window
+      if "attention_mask" in arrays:
+        self._lengths.extend(buckets.window_lengths(arrays).tolist())
+      else:
+        self._lengths = None
     # What stays until the shard closes: the record's meta (its rows are on disk; the merge
     # that joins the metas gets empty arrays of the same names).
     self._metas.append(Features({k: np.zeros(0, np.int32) for k in arrays}, features.meta))
@@ -429,6 +441,7 @@ class ShardWriter:
     _atomic(self.directory, meta_path, lambda p: write_meta(p, meta))
     info = {"format": FORMAT_VERSION, "key": self.key, "index": self.index, "part": self.part,
             "records": [self._first, self.next_record], "windows": self._windows,
+            "lengths": self._lengths if self._windows else None,
             "layout": self._layout, "built_by": self.process_index,
             "files": {os.path.basename(p): {"bytes": os.path.getsize(p),
                                             "sha256": file_sha256(p)}
@@ -588,6 +601,21 @@ class ShardedSplit:
 
   def array_shapes(self) -> dict[str, tuple]:
     return {k: tuple(v["shape"]) for k, v in self.manifest["arrays"].items()}
+
+  def window_lengths(self) -> np.ndarray:
+    """Real tokens of every window ``(num_windows,)``, from the shards' info files (no row is
+    read); shards written before they kept lengths: from their ``attention_mask`` rows."""
+    parts = []
+    for s in self.manifest["shards"]:
+      with open(os.path.join(self.directory, s["name"] + ".json")) as f:
+        lengths = json.load(f).get("lengths")
+      if lengths is None or len(lengths) != s["windows"]:
+        w0 = int(s.get("first_window", sum(len(p) for p in parts)))
+        rows = self.rows(["attention_mask"])
+        lengths = buckets.window_lengths(rows.get(np.arange(w0, w0 + int(s["windows"])))) \
+            if s["windows"] else []
+      parts.append(np.asarray(lengths, np.int32))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
   def shard_features(self, index: int) -> Features:
     """The arrays and meta of shard ``index`` (its position in the manifest): the windows of

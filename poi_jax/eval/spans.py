@@ -6,6 +6,8 @@ import collections
 
 import numpy as np
 
+from poi_jax.data import buckets
+
 
 def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.ndarray, *,
                  n_best_size: int = 20, max_answer_length: int = 30,
@@ -22,6 +24,10 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
   context (``end`` exclusive; None for the null answer).
   """
   offsets = features.meta["offsets"]
+  # Positions past a window's real tokens are padding: never a candidate, so that a prediction
+  # does not depend on how far its window was padded (length buckets: poi_jax/data/buckets.py).
+  lengths = (buckets.window_lengths(features.arrays)
+             if "attention_mask" in features.arrays else None)
   by_example = collections.defaultdict(list)
   for f, ei in enumerate(features.arrays["example_index"]):
     by_example[int(ei)].append(f)
@@ -30,6 +36,8 @@ def decode_squad(examples, features, start_logits: np.ndarray, end_logits: np.nd
     cands, null = [], None
     for f in by_example.get(ei, []):
       s, e, off = start_logits[f], end_logits[f], offsets[f]
+      if lengths is not None:
+        s, e, off = s[:lengths[f]], e[:lengths[f]], off[:lengths[f]]
       score_null = float(s[0] + e[0])
       null = score_null if null is None or score_null < null else null
       cands.extend(_window_candidates(s, e, off, n_best_size, max_answer_length))

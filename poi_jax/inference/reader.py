@@ -13,8 +13,11 @@ SQuAD 2.0 "no answer": a question is unanswerable when ``null score - best span 
 the config's ``eval.null_score_diff_threshold``; ``Reader.load(..., null_threshold=x)`` overrides.
 
 The model call is jitted once per batch shape: each batch is padded to a power of two up to
-``batch_size`` rows (at most log2(batch_size) + 1 compilations per option count;
-`Reader.compiled_shapes` counts them, so a server can check that no request compiled).
+``batch_size`` rows and, with length buckets (``data.length_buckets``, `poi_jax.data.buckets`),
+its windows ordered by length and cut to the smallest bucket that holds the longest (at most
+(log2(batch_size) + 1) x buckets compilations per option count; `Reader.compiled_shapes` counts
+them, so a server can check that no request compiled). The outputs go back in the windows'
+order, and are the same with or without buckets.
 
 Extractive answers run in three stages that a server can pipeline (`poi_jax.serve.batching`):
 `Reader.featurize` (host: tokenizer, POS tags, windows), `Reader.predict` (the jitted model) and
@@ -33,6 +36,7 @@ import numpy as np
 from flax import nnx
 
 from poi_jax import runtime, tasks
+from poi_jax.data import buckets
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 from poi_jax.inference import load as load_lib
@@ -202,22 +206,73 @@ class Reader:
     return self._forward._cache_size() + self._forward_scores._cache_size()
 
   def _predict(self, features, *, with_scores: bool = False) -> dict[str, np.ndarray]:
-    """The model's outputs over all features, in batches padded to a power of two."""
+    """The model's outputs over all features, in batches padded to a power of two rows and, with
+    length buckets, ordered by length and cut to their bucket (outputs back in order)."""
     forward = self._forward_scores if with_scores else self._forward
     arrays = self.task.model_arrays(features.arrays)
     n = len(next(iter(arrays.values())))
-    outs = []
-    for start in range(0, n, self.batch_size):
-      idx = np.arange(start, min(start + self.batch_size, n))
+    full = int(self.config.data.max_seq_length)
+    plan = self._plan(arrays, n)
+    outs, order = [], []
+    for idx, length in plan:
       size = min(self.batch_size, 1 << (len(idx) - 1).bit_length())
       mask = np.zeros(size, np.float32)
       mask[:len(idx)] = 1.0
-      idx = np.concatenate([idx, np.full(size - len(idx), idx[0])])
-      batch = {k: v[idx] for k, v in arrays.items()}
+      rows = np.concatenate([idx, np.full(size - len(idx), idx[0])])
+      batch = {k: v[rows] for k, v in arrays.items()}
+      if length < full:
+        batch = buckets.trim(batch, length, self.task.length_keys)
       batch["example_mask"] = mask
-      outs.append(jax.device_get(forward(self._state, batch)))
-    # Only the last batch has padding rows, at its end: cut them off after concatenating.
-    return {k: np.concatenate([o[k] for o in outs])[:n] for k in outs[0]}
+      out = jax.device_get(forward(self._state, batch))
+      outs.append(buckets.pad_outputs({k: np.asarray(v)[:len(idx)] for k, v in out.items()},
+                                      full, self.task.length_outputs))
+      order.append(idx)
+    joined = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+    position = np.concatenate(order)
+    if np.array_equal(position, np.arange(n)):
+      return joined
+    back = np.empty(n, np.int64)
+    back[position] = np.arange(n)
+    return {k: v[back] for k, v in joined.items()}
+
+  def _plan(self, arrays, n: int):
+    """``(window indices, length)`` of each model call: in order at ``max_seq_length`` without
+    buckets; ordered by length and cut to buckets with them (`poi_jax.data.buckets`)."""
+    bk = self.buckets
+    if not buckets.enabled(bk):
+      return [(np.arange(s, min(s + self.batch_size, n)), bk[-1])
+              for s in range(0, n, self.batch_size)]
+    return list(buckets.sorted_batches(buckets.window_lengths(arrays), self.batch_size, bk))
+
+  @property
+  def buckets(self) -> tuple[int, ...]:
+    """The length buckets the model is called with (``data.length_buckets``)."""
+    return self.task.buckets(self.config)
+
+  def compile_shapes(self, rows: list[int], *, explain_rows: tuple[int, ...] = ()) -> int:
+    """Compiles the model for every length bucket and each batch size in ``rows`` (and the
+    explained call for ``explain_rows``), from one warm-up window, so that no later call
+    compiles (a server's start-up). Returns `compiled_shapes`."""
+    if self.is_extractive:
+      records = [SquadExample("0", "What is this?", "This is a warm-up passage.", [], False, [],
+                              "", "<warmup>")]
+      features = self.featurize(records)
+    else:
+      features = self.task.featurize([ChoiceExample("0", "A warm-up passage.", "What is it?",
+                                                    ["yes", "no"], 0, "<warmup>")],
+                                     self.tokenizer, self.config, is_training=False)
+    arrays = self.task.model_arrays(features.arrays)
+    one = {k: v[:1] for k, v in arrays.items()}
+    calls = [(self._forward, r) for r in rows]
+    if self.has_token_scores:
+      calls += [(self._forward_scores, r) for r in explain_rows]
+    for forward, r in calls:
+      for length in self.buckets:
+        batch = {k: np.repeat(v, r, axis=0) for k, v in one.items()}
+        batch = buckets.trim(batch, length, self.task.length_keys)
+        batch["example_mask"] = np.ones(r, np.float32)
+        jax.block_until_ready(forward(self._state, batch))
+    return self.compiled_shapes
 
   def answer(self, question, context, *, null_threshold: float | None = None,
              explain: bool = False):

@@ -380,9 +380,10 @@ def _result(out, top_k: int) -> dict:
 
 def warm_up(reader, max_batch: int) -> None:
   """Compiles the model for every batch shape the worker can send (powers of two up to
-  ``max_batch`` rows; explained: one row), so that no plain request waits for a compilation."""
+  ``max_batch`` rows, each length bucket; explained: one row), so that no plain request waits
+  for a compilation."""
   from poi_jax.data.records import ChoiceExample, SquadExample
-  size = 1
+  size, sizes = 1, []
   while True:
     n = min(size, max_batch)
     if reader.is_extractive:
@@ -395,6 +396,9 @@ def warm_up(reader, max_batch: int) -> None:
       opts = ["yes", "no"]  # other option counts compile on first use
       reader.choose_records([ChoiceExample(str(i), "A warm-up passage.", "What is it?", opts, 0,
                                            "<warmup>") for i in range(n)])
+    sizes.append(min(n, reader.batch_size))
     if n >= max_batch:
       break
     size *= 2
+  if reader.is_extractive and len(reader.buckets) > 1:  # the longer buckets (the warm-up
+    reader.compile_shapes(sorted(set(sizes)), explain_rows=(1,))  # passage is short)

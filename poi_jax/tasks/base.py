@@ -73,6 +73,11 @@ class Task:
     shard_spec: ``(config, tokenizer, split) -> poi_jax.data.shards.ShardSpec``: how the split
       is featurized into feature shards (`poi_jax.train.splits`); the engine reads every split
       through it.
+    length_keys: the model's arrays whose last axis is the sequence (``data.max_seq_length``),
+      cut to a batch's length bucket (`poi_jax.data.buckets`); empty: the task is never
+      bucketed (its model's outputs on real positions would depend on the padding).
+    length_outputs: the model's outputs whose last axis is the sequence, with the value their
+      cut positions are padded back with (the decoder never reads them).
   """
   name: str
   metric: str
@@ -88,6 +93,8 @@ class Task:
   encoder_attr: str = "encoder"
   describe_head: Callable[[Config, nnx.Module], str] | None = None
   shard_spec: Callable[..., Any] | None = None
+  length_keys: tuple[str, ...] = ()
+  length_outputs: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
@@ -118,6 +125,16 @@ class Task:
     with self.evaluator(config, out_dir, score=score) as evaluator:
       evaluator.add(records, features, outputs)
       return evaluator.finish()
+
+  def buckets(self, config: Config) -> tuple[int, ...]:
+    """The length buckets of this run (`poi_jax.data.buckets.resolve` of
+    ``data.length_buckets``); one bucket, ``max_seq_length``, for a task without
+    ``length_keys`` or with buckets off."""
+    from poi_jax.data import buckets
+    full = int(config.data.max_seq_length)
+    if not self.length_keys:
+      return (full,)
+    return buckets.resolve(config.data.get("length_buckets", buckets.AUTO), full)
 
   def model_arrays(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k in self.model_keys}

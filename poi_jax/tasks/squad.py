@@ -17,6 +17,11 @@ from poi_jax.tasks import base
 
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start",
               "con_end", "start_positions", "end_positions")
+# Cut to a batch's length bucket (poi_jax/data/buckets.py): the encoder masks padding in
+# attention and counts positions from 0; the co-attention's domains lie inside the real tokens.
+LENGTH_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags")
+LENGTH_OUTPUTS = {"start_logits": float("-inf"), "end_logits": float("-inf"),
+                  "token_scores": 0.0}
 
 
 def tfds_source(config, split: str) -> str | None:
@@ -226,7 +231,8 @@ def _task(name, version_2):
                    evaluator=functools.partial(SquadEvaluator, version_2=version_2),
                    model_keys=MODEL_KEYS, load_pretrained=load_pretrained,
                    export_pretrained=export_pretrained, describe_head=describe_head,
-                   shard_spec=shard_spec)
+                   shard_spec=shard_spec, length_keys=LENGTH_KEYS,
+                   length_outputs=LENGTH_OUTPUTS)
 
 
 TASKS = {"squad1": _task("squad1", False), "squad2": _task("squad2", True)}

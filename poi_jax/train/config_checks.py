@@ -41,6 +41,7 @@ _RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "data.num_workers": (lambda v: v >= 0, ">= 0 (0: featurise in this process)"),
     "data.records_per_shard": (lambda v: v >= 1, ">= 1"),
     "data.shard_bytes": (lambda v: v >= 1, ">= 1"),
+    "data.bucket_window_batches": (lambda v: v >= 1 and v == int(v), "an integer >= 1"),
     "data.max_train_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
     "data.max_eval_examples": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (all)"),
     "eval.n_best_size": (lambda v: v >= 1, ">= 1"),
@@ -83,6 +84,13 @@ def check_config(config) -> None:
     raise ConfigError(f"distributed.watchdog_timeout_s={watchdog} must be below "
                       f"distributed.heartbeat_timeout_s={heartbeat}: JAX aborts a process "
                       f"that long after losing a peer, with a C++ log instead of one line")
+  spec, length = _get(config, "data.length_buckets"), _get(config, "data.max_seq_length")
+  if spec is not None and length is not None:
+    from poi_jax.data import buckets
+    try:
+      buckets.resolve(spec, length)
+    except (ValueError, TypeError, AttributeError) as e:
+      raise ConfigError(str(e)) from None
   steps, epochs = _get(config, "train.max_steps"), _get(config, "train.epochs")
   if steps is not None and epochs is not None and steps <= 0 and epochs == 0:
     raise ConfigError(f"train.epochs=0 with train.max_steps={steps} trains nothing: set "

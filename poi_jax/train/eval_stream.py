@@ -19,7 +19,8 @@ import numpy as np
 from tqdm import tqdm
 
 from poi_jax.data.features.base import Features
-from poi_jax.data.loader import eval_batches
+from poi_jax.data import buckets
+from poi_jax.data.loader import local_rows, eval_batches
 from poi_jax.data.shards import ShardError
 from poi_jax.train import placement, watchdog
 from poi_jax.train import splits as splits_lib
@@ -28,7 +29,11 @@ from poi_jax.train import splits as splits_lib
 def predict_by_shard(run, split, batch_size: int, *,
                      desc: str = "predict") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
   """``(shard position, {name: (windows of the shard, ...)})`` for every shard of ``split``, in
-  order: the model's outputs on that shard's windows (numpy)."""
+  order: the model's outputs on that shard's windows (numpy). With length buckets
+  (`poi_jax.data.buckets`): `_predict_bucketed`."""
+  if buckets.enabled(run.task.buckets(run.config)):
+    yield from _predict_bucketed(run, split, batch_size, desc=desc)
+    return
   sharded = run.sharded
   rows = split.shards.rows(run.task.model_keys)
   n = len(rows)
@@ -71,6 +76,66 @@ def predict_by_shard(run, split, batch_size: int, *,
       pending[:] = [rest]
   finally:
     bar.close()
+
+
+def _predict_bucketed(run, split, batch_size: int, *,
+                      desc: str) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+  """`predict_by_shard` with length buckets: each shard's windows ordered by length (stable),
+  cut into global batches of ``batch_size`` (the last one padded, ``example_mask`` 0), each cut
+  to the bucket of its longest window; the outputs are padded back to ``max_seq_length`` and put
+  back in the shard's order. Every process reads the whole shard's model rows, computes the same
+  plan (so the same bucket per batch) and predicts its rows of each batch."""
+  sharded, task = run.sharded, run.task
+  bk = task.buckets(run.config)
+  full = bk[-1]
+  rows = split.shards.rows(task.model_keys)
+  local = local_rows(batch_size, jax.process_index(), jax.process_count())
+  shards = split.shards.manifest["shards"]
+  bar = tqdm(total=sum(-(-int(s["windows"]) // batch_size) for s in shards), desc=desc,
+             unit="batch", leave=False, dynamic_ncols=True, disable=not run.is_chief)
+  template = None  # the outputs' shapes, for a shard without windows
+  try:
+    for index, shard in enumerate(shards):
+      need, first = int(shard["windows"]), int(shard.get("first_window", 0))
+      if need == 0:
+        if template is None:
+          template = _output_shapes(run, split, batch_size)
+        yield index, {k: np.zeros((0, *v.shape[1:]), v.dtype) for k, v in template.items()}
+        continue
+      arrays = rows.get(np.arange(first, first + need))
+      outs, order = [], []
+      for idx, length in buckets.sorted_batches(buckets.window_lengths(arrays), batch_size, bk):
+        mask = np.zeros(batch_size, np.float32)
+        mask[:len(idx)] = 1.0
+        padded = np.concatenate([idx, np.full(batch_size - len(idx), idx[0])])
+        batch = buckets.trim({k: v[padded[local]] for k, v in arrays.items()}, length,
+                             task.length_keys)
+        batch["example_mask"] = mask[local]
+        out = sharded.predict_step(sharded.state, placement.global_batch(batch, sharded.mesh))
+        watchdog.progress(phase="evaluating")
+        out = placement.to_host(out)
+        outs.append(buckets.pad_outputs({k: np.asarray(v)[:len(idx)] for k, v in out.items()},
+                                        full, task.length_outputs))
+        order.append(idx)
+        bar.update(1)
+      back = np.empty(need, np.int64)
+      back[np.concatenate(order)] = np.arange(need)
+      joined = {k: np.concatenate([o[k] for o in outs])[back] for k in outs[0]}
+      template = joined
+      yield index, joined
+  finally:
+    bar.close()
+
+
+def _output_shapes(run, split, batch_size: int) -> dict:
+  """The model's outputs' shapes and dtypes at ``max_seq_length`` (without computing them)."""
+  shapes = run.task.model_arrays(split.shards.array_shapes())
+  dtypes = {k: v["dtype"] for k, v in split.shards.manifest["arrays"].items()}
+  batch = {k: jax.ShapeDtypeStruct((batch_size, *shapes[k][1:]), np.dtype(dtypes[k]))
+           for k in shapes}
+  batch["example_mask"] = jax.ShapeDtypeStruct((batch_size,), np.float32)
+  out = jax.eval_shape(run.sharded.predict_step, run.sharded.state, batch)
+  return {k: np.zeros(v.shape, v.dtype) for k, v in out.items()}
 
 
 def chunks(run, split, batch_size: int, *,

@@ -92,6 +92,10 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
     tqdm.write(f"{'predictions' if not score else 'eval'} @ step {step} "
                f"({split.num_examples} of {split.num_in_source} questions) -> {out_dir}"
                + (f": {shown}" if shown else ""))
+    fn = getattr(run.sharded, "predict_step", None)
+    if hasattr(fn, "_cache_size"):
+      tqdm.write(f"compiled predict shapes: {fn._cache_size()} (length buckets "
+                 f"{','.join(map(str, run.task.buckets(config)))})")
   else:
     with tempfile.TemporaryDirectory() as scratch:
       results = _decode(run, split, scratch, score=score, desc=desc)

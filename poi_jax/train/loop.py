@@ -35,7 +35,8 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from poi_jax.data.loader import TrainLoader
+from poi_jax.data import buckets
+from poi_jax.data.loader import BucketedTrainLoader, TrainLoader
 from poi_jax.train import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import faults
@@ -135,8 +136,17 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   config, sharded, checkpointer, writer = run.config, run.sharded, run.checkpointer, run.writer
   # The model's arrays, read batch by batch from the feature shards (grain ArrayRecord source).
   rows = run.train.shards.rows(run.task.model_keys)
-  loader = TrainLoader(rows, config.train.batch_size, seed=config.seed,
-                       process_index=jax.process_index(), process_count=jax.process_count())
+  bucket_lengths = run.task.buckets(config)
+  if buckets.enabled(bucket_lengths) and config.data.get("bucket_training", False):
+    # batches of similar lengths, each cut to its bucket
+    loader = BucketedTrainLoader(
+        rows, config.train.batch_size, seed=config.seed,
+        lengths=run.train.shards.window_lengths(), buckets=bucket_lengths,
+        length_keys=run.task.length_keys, window_batches=config.data.bucket_window_batches,
+        process_index=jax.process_index(), process_count=jax.process_count())
+  else:
+    loader = TrainLoader(rows, config.train.batch_size, seed=config.seed,
+                         process_index=jax.process_index(), process_count=jax.process_count())
   steps_per_epoch = max(loader.num_examples // config.train.batch_size, 1)
   eval_every = (config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch)
   micro_total = run.total_steps * run.accum  # loader batches; an update every `accum` of them
@@ -199,7 +209,8 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{extra.get('examples_per_s', 0.0):.1f}",
                         epoch=f"{loader.epoch(step):.2f}")
         writer.write(step, loss=loss, lr=float(run.schedule(step // run.accum)), grad_norm=gnorm,
-                     epoch=loader.epoch(step), **extra)
+                     epoch=loader.epoch(step), compiled_train_shapes=compiled_shapes(sharded),
+                     **extra)
       evaluated = False
       if has_eval and (step % eval_every == 0) and step < micro_total:
         results = eval_lib.evaluate(run, step=step, meta_fn=meta)
@@ -220,4 +231,15 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   bar.close()
   if evaluate_at_end and has_eval:
     results = eval_lib.evaluate(run, step=step, meta_fn=meta)
+  if run.is_chief:
+    print(f"compiled step shapes: train {compiled_shapes(sharded)}, predict "
+          f"{compiled_shapes(sharded, 'predict_step')} (length buckets "
+          f"{','.join(map(str, bucket_lengths))})")
   return results
+
+
+def compiled_shapes(sharded, step: str = "train_step") -> int:
+  """How many shapes the jitted step has compiled in this process (one per length bucket and
+  batch shape)."""
+  fn = getattr(sharded, step)
+  return int(fn._cache_size()) if hasattr(fn, "_cache_size") else 0

@@ -46,6 +46,9 @@ def _cases(files, tmp):
   from configs import squad1 as squad1_config
   long = qopn_fixtures.long_articles(SQUAD, paragraphs_per_article=3, articles=(0, 2))
   newsqa = str(qopn_fixtures.write_newsqa(tmp / "newsqa.json", long, "dev"))
+  off = CASES["squad2"]  # the same with length buckets off: today's batches across shards
+  out["squad2_off"] = (off[0], off[1], lambda f: dict(
+      off[2](f), **{"data.records_per_shard": 4, "data.length_buckets": "off"}))
   out["squad1"] = (squad1_config, "tiny", lambda f: dict(
       CASES["squad2"][2](f), **{"data.answerable_only": True, "data.records_per_shard": 3}))
   out["newsqa"] = (newsqa_config, "tiny", lambda f: {
@@ -60,14 +63,19 @@ def _cases(files, tmp):
   return out
 
 
-TASK_NAMES = ("squad2", "squad1", "race", "dream", "nq", "nlquad", "newsqa", "narrativeqa")
+TASK_NAMES = ("squad2", "squad2_off", "squad1", "race", "dream", "nq", "nlquad", "newsqa",
+              "narrativeqa")
 
 
-def _fake_outputs(shapes):
+def _fake_outputs(shapes, length_keys=(), full=None):
   """The model's stand-in: each window's outputs drawn from a generator seeded by the bytes of
-  that window's features, so they do not depend on the batch the window is predicted in."""
+  that window's features, so they do not depend on the batch the window is predicted in, nor on
+  the length bucket it is cut to (``length_keys`` padded back to ``full`` with the features'
+  padding, 0, before seeding)."""
   def predict_step(state, batch):
     del state
+    batch = {k: (np.pad(v, [(0, 0)] * (v.ndim - 1) + [(0, full - v.shape[-1])])
+                 if k in length_keys and v.shape[-1] < full else v) for k, v in batch.items()}
     keys = sorted(k for k in batch if k != "example_mask")
     n = len(batch[keys[0]])
     out = {k: np.zeros((n, *s.shape[1:]), s.dtype) for k, s in shapes.items()}
@@ -162,7 +170,7 @@ def streamed(files, tmp_path_factory):  # noqa: F811
       split = run_lib.Split("eval", prepared, prepared.num_examples)
       shapes = _output_shapes(task, config, split)
       calls, handed = [], []
-      fake = _fake_outputs(shapes)
+      fake = _fake_outputs(shapes, task.length_keys, config.data.max_seq_length)
 
       def predict_step(state, batch, fake=fake, calls=calls):
         calls.append(len(batch["example_mask"]))
@@ -194,7 +202,7 @@ def streamed(files, tmp_path_factory):  # noqa: F811
       parts = [prepared.shard_features(i) for i in range(prepared.manifest["num_shards"])]
       features = prepared.merge(parts, [0] * len(parts))
       records = list(splits_lib.stream_records(task, config, "eval"))
-      results = _whole_split_files(name, config, records, features, outputs, str(whole))
+      results = _whole_split_files(config.task, config, records, features, outputs, str(whole))
       write_json_atomic(str(whole / "eval_results.json"),
                         dict(results, step=7, num_questions=len(records),
                              num_questions_in_source=prepared.num_examples))
@@ -202,7 +210,8 @@ def streamed(files, tmp_path_factory):  # noqa: F811
                        shards=[(s["records"][1] - s["records"][0], s["windows"])
                                for s in prepared.manifest["shards"]],
                        first_windows=[s["first_window"] for s in prepared.manifest["shards"]],
-                       calls=calls, windows=n)
+                       calls=calls, windows=n,
+                       bucketed=len(task.buckets(config)) > 1)
   finally:
     mp.undo()
   return out
@@ -231,8 +240,10 @@ def test_the_evaluator_is_handed_one_shard_at_a_time(streamed, name):
     assert len(got["shards"]) >= 3, got["shards"]
   assert [(r, set(w.values())) for r, w in got["handed"]] == \
       [(r, {w}) for r, w in got["shards"]]
-  # Every batch is predicted once (a batch spanning two shards is not predicted again).
-  assert len(got["calls"]) == -(-got["windows"] // BATCH)
+  if got["bucketed"]:  # each shard's windows in batches of their own (ordered by length)
+    assert len(got["calls"]) == sum(-(-w // BATCH) for _, w in got["shards"])
+  else:  # every batch is predicted once (a batch spanning two shards is not predicted again)
+    assert len(got["calls"]) == -(-got["windows"] // BATCH)
 
 
 def test_some_batches_span_two_shards(streamed):
@@ -256,7 +267,7 @@ def test_a_source_that_no_longer_yields_the_shards_records_is_one_line(monkeypat
   run = types.SimpleNamespace(
       config=config, is_chief=False,
       task=types.SimpleNamespace(read=lambda c, split: iter(["r1", "r2"]),
-                                 model_keys=("input_ids",)),
+                                 model_keys=("input_ids",), buckets=lambda c: (4,)),
       sharded=types.SimpleNamespace(state=None, mesh=None, predict_step=lambda s, b: {
           "logits": np.zeros((len(b["example_mask"]), 2), np.float32)}))
   split = types.SimpleNamespace(role="eval", shards=shards)
