@@ -14,7 +14,8 @@ gives every variant the same mix of load, and the minimum over rounds estimates 
 least-disturbed step. ``--variant=LABEL:XLA_FLAGS:EXTRA`` (repeatable): ``XLA_FLAGS`` for the
 child's environment (added to the engine's ``runtime.xla_cpu_flags``), ``EXTRA`` space-separated
 `bench/train_step.py`-style options for that child (``--attention=xla``, ``--cpu_malloc=system``,
-``--prng=rbg``). The workload is `bench/train_step.py`'s (POI-Net on a random ``--shape`` encoder,
+``--prng=rbg``), and ``NAME=VALUE`` words for its environment (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``:
+read by glibc when the process starts, so it cannot be set from inside). The workload is `bench/train_step.py`'s (POI-Net on a random ``--shape`` encoder,
 dropout off unless ``--dropout``, ``--batch`` x ``--seq``, float32); ``--workload=encoder`` times BERT-style encoder
 forward+backward only, as `bench/encoder.py` does (``--dropout`` too: both in training mode).
 """
@@ -134,6 +135,13 @@ def child(args):
     t0 = clock()
     fn()
     print(json.dumps(clock() - t0), flush=True)
+  print(json.dumps(_peak_rss_gb()), flush=True)
+
+
+def _peak_rss_gb() -> float:
+  """This process's peak resident memory (VmHWM), GB."""
+  with open("/proc/self/status") as f:
+    return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 2**20
 
 
 def main():
@@ -177,6 +185,8 @@ def main():
   procs = []
   for label, flags, extra in specs:
     env = dict(os.environ)
+    env.update(w.split("=", 1) for w in extra if not w.startswith("-") and "=" in w)
+    extra = [w for w in extra if w.startswith("-")]
     if flags:
       env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flags).strip()
     p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *common, *extra], env=env,
@@ -194,9 +204,11 @@ def main():
       p.stdin.write("go\n")
       p.stdin.flush()
       times[label].append(json.loads(p.stdout.readline()))
-  for p in procs:
+  peak = {}
+  for (label, _, _), p in zip(specs, procs):
     p.stdin.write("stop\n")
     p.stdin.flush()
+    peak[label] = json.loads(p.stdout.readline())
     p.wait()
   print(f"# {' '.join(sys.argv)}")
   print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32, dropout "
@@ -205,7 +217,7 @@ def main():
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"
         f"{max(loads):.1f} (machine shared with other jobs)")
   header = (f"{'variant':<44} {'min ms':>8} {'median ms':>10} {'vs first (min)':>15} "
-            f"{'vs first (median)':>18}")
+            f"{'vs first (median)':>18} {'peak RSS GB':>12}")
   print(header)
   print("-" * len(header))
   ref = specs[0][0]
@@ -213,7 +225,7 @@ def main():
     t = times[label]
     print(f"{label:<44} {1e3 * min(t):>8.0f} {1e3 * statistics.median(t):>10.0f} "
           f"{min(times[ref]) / min(t):>15.2f} "
-          f"{statistics.median(times[ref]) / statistics.median(t):>18.2f}")
+          f"{statistics.median(times[ref]) / statistics.median(t):>18.2f} {peak[label]:>12.2f}")
 
 
 if __name__ == "__main__":
