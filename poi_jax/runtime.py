@@ -10,18 +10,20 @@ A library user who builds the engine's pieces directly calls it once, first thin
   when set, else ``$XDG_CACHE_HOME/poi_jax/jax`` (``~/.cache/poi_jax/jax``); ``"none"``: off; any
   other value: that directory. Every program is cached, however small or quick to compile
   (JAX's own default skips programs that compile in under a second: most of the engine's).
-* ``cpu_malloc``: ``"reuse"`` (default for training and the benchmarks) keeps freed memory in the
-  process (glibc only; CPU-only runs: on an accelerator the step's temporaries are device memory). XLA's CPU runtime allocates each step's temporaries (about 1 GB for the
-  MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large with a new ``mmap``
-  every time, so every step first-touches a gigabyte of new pages: ~265,000 page faults a step
-  (docs/results.md). ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
-  trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on). The
-  price: the process keeps its peak heap (resident memory 3.2-4.3 GB against 2.3 GB for that
-  step), and a program that drops a large *result* every call can fragment the heap and grow;
-  so `poi_jax.inference.reader.Reader` (a long-lived server) keeps ``"system"``. It must run
-  before XLA's threads first allocate, i.e. before the backend starts. ``"system"``: glibc's defaults. (glibc's
-  ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, is another remedy: 2 MiB
-  pages, 600 faults a step, no retained memory.)
+* ``cpu_malloc``: ``"system"`` (default): glibc's defaults, memory bounded by what is live.
+  ``"reuse"`` keeps freed memory in the process (glibc only; CPU-only runs: on an accelerator the
+  step's temporaries are device memory). XLA's CPU runtime allocates each step's temporaries
+  (about 1 GB for the MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large
+  with a new ``mmap`` every time, so every step first-touches a gigabyte of new pages: ~265,000
+  page faults a step. ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
+  trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on;
+  the step alone 1.36x faster in ``bench/train_step.py --compare_runtime``). The price: the heap
+  keeps its peak and fragments as the training loop's threads allocate beside the step, so the
+  CPU quickstart peaks at 8-10 GB of resident memory against 3.1 GB with ``"system"``, for a few
+  percent of its wall time (docs/results.md): too much for an 8 GB laptop, so it is opt-in.
+  It must run before XLA's threads first allocate, i.e. before the backend starts. (glibc's
+  ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, gives 2 MiB pages, 600
+  faults a step, no retained memory; on the 2-core machine it was slower, not faster.)
 * ``xla_cpu_flags``: XLA flags added to ``$XLA_FLAGS`` for CPU-only runs (``JAX_PLATFORMS=cpu``
   or no accelerator found), before the backend starts; a flag already in ``$XLA_FLAGS`` wins.
 
@@ -49,7 +51,7 @@ def defaults() -> ml_collections.ConfigDict:
   """The runtime section of `poi_jax/config/base.py` (for configs written before it existed)."""
   c = ml_collections.ConfigDict()
   c.compilation_cache_dir = ""
-  c.cpu_malloc = "reuse"
+  c.cpu_malloc = "system"
   c.xla_cpu_flags = ""
   return c
 

@@ -178,9 +178,11 @@ def get_base_config() -> ml_collections.ConfigDict:
   # JAX's persistent compilation cache: "" = $JAX_COMPILATION_CACHE_DIR, else
   # $XDG_CACHE_HOME/poi_jax/jax (~/.cache/poi_jax/jax); "none" = off; or a directory.
   c.runtime.compilation_cache_dir = ""
+  # system: glibc's defaults, memory bounded by what is live (the CPU quickstart peaks at 3.1 GB).
   # reuse: glibc keeps freed memory, so XLA's per-step CPU temporaries are not page-faulted in
-  # afresh every step (about a third of a CPU step); system: glibc's defaults.
-  c.runtime.cpu_malloc = "reuse"
+  # afresh every step (a faster step), but the heap keeps and fragments its peak (8-10 GB for
+  # the quickstart): opt-in (poi_jax/runtime.py).
+  c.runtime.cpu_malloc = "system"
   # XLA flags added to $XLA_FLAGS on CPU-only runs (a flag already in $XLA_FLAGS wins).
   c.runtime.xla_cpu_flags = ""
 
