@@ -19,7 +19,7 @@ def _run(tmp_path, evaluator, mode="train_and_eval", output_dir=None):
   writes = []
   return types.SimpleNamespace(
       config=types.SimpleNamespace(train=types.SimpleNamespace(eval_batch_size=2)),
-      eval=split, mode=mode, is_chief=True, workdir=str(tmp_path),
+      eval=split, mode=mode, is_chief=True, workdir=str(tmp_path), sharded=None,
       output_dir=output_dir or str(tmp_path), task=types.SimpleNamespace(evaluator=evaluator),
       writer=types.SimpleNamespace(write=lambda step, **kw: writes.append(step)))
 
