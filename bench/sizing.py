@@ -31,7 +31,9 @@ sys.path.insert(0, ROOT)
 # kept after null down-sampling, BERT-joint's ~500k: an approximation).
 PAPER_EXAMPLES = {"squad2": 130_319, "squad1": 87_599, "race": 87_866, "dream": 6_116,
                   "newsqa": 92_549, "nlquad": 78_130, "nq": 500_000}
-_TPU_NOISE = dict(TPU_SKIP_MDS_QUERY="1", TPU_WORKER_HOSTNAMES="localhost",
+# ALLOW_MULTIPLE_LIBTPU_LOAD: two planning processes at once (else libtpu's lockfile aborts one).
+_TPU_NOISE = dict(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1",
+                  TPU_WORKER_HOSTNAMES="localhost",
                   TPU_ACCELERATOR_TYPE="v5litepod-1", TF_CPP_MIN_LOG_LEVEL="3",
                   GRPC_VERBOSITY="ERROR")
 
@@ -53,6 +55,13 @@ def _gb(x):
 
 def _e(x):
   return "n/a" if x is None else f"{x:.3g}"
+
+
+def _loops(loops) -> str:
+  counts = {}
+  for _, trip in loops:
+    counts[trip] = counts.get(trip, 0) + 1
+  return ", ".join(f"{t} x{n}" for t, n in sorted(counts.items(), key=lambda x: -x[1])) or "none"
 
 
 def report(size, config, args) -> str:
@@ -78,7 +87,7 @@ def report(size, config, args) -> str:
       ("FLOPs, HLO matmuls x loop trip counts", _e(size.hlo.matmul_flops)),
       ("FLOPs, 6NT estimate", _e(size.estimate_flops)),
       ("  hlo / 6NT", f"{size.hlo.matmul_flops / size.estimate_flops:.2f}"),
-      ("while loops (trip counts)", ", ".join(str(t) for _, t in size.hlo.loops) or "none"),
+      ("while loops: trip count x loops", _loops(size.hlo.loops)),
   ]
   if size.cost_optimal_seconds is not None:
     rows.append(("compiler's optimal_seconds (raw)", _e(size.cost_optimal_seconds)))
@@ -107,8 +116,8 @@ def report(size, config, args) -> str:
     names = [sizing.TPU_KINDS.get(size.device_kind, "v5e")]
   for name in names:
     p = sizing.project(size, sizing.HARDWARE[name], args.mfu)
-    add(f"{name:<8} {1e3 * p.compute_s:>10.1f} {1e3 * p.hbm_s:>8.1f} {1e3 * p.comm_s:>11.1f} "
-        f"{1e3 * p.step_s:>9.1f} {steps * p.step_s / 3600:>8.2f} {p.memory / 2**30:>8.2f} "
+    add(f"{name:<8} {1e3 * p.compute_s:>10.3g} {1e3 * p.hbm_s:>8.3g} {1e3 * p.comm_s:>11.3g} "
+        f"{1e3 * p.step_s:>9.3g} {steps * p.step_s / 3600:>8.3g} {p.memory / 2**30:>8.2f} "
         f"{'yes' if p.fits else 'NO':>5}")
   add("sources: " + "; ".join(f"{n}: {sizing.HARDWARE[n].source}" for n in names))
   return "\n".join(lines)
@@ -122,6 +131,10 @@ def main():
   ap.add_argument("--batch", type=int, default=0, help="global batch (default: the config's)")
   ap.add_argument("--seq", type=int, default=0, help="sequence length (default: the config's)")
   ap.add_argument("--dtype", default="", help="model.dtype (default: the config's)")
+  ap.add_argument("--init_from", default="",
+                  help="another encoder: a name of sizing.PAPER_ENCODERS (e.g. "
+                       "google-bert/bert-large-uncased) or minilm")
+  ap.add_argument("--dropout", type=float, default=-1.0, help="model.dropout (< 0: config's)")
   ap.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilisation")
   ap.add_argument("--examples", type=int, default=0, help="training examples per epoch")
   ap.add_argument("--hardware", default="", help="comma-separated names of HARDWARE")
@@ -143,9 +156,15 @@ def main():
   devices = sizing.tpu_devices(args.topology) if args.topology else None
   mesh = ([int(x) for x in args.mesh.split(",")] if args.mesh
           else [1, len(devices), 1])
-  config = sizing.sizing_config(load_config(args.config), mesh, batch=args.batch, seq=args.seq)
+  config = load_config(args.config)
+  if args.init_from:
+    with config.unlocked():
+      config.model.init_from = args.init_from
+  config = sizing.sizing_config(config, mesh, batch=args.batch, seq=args.seq)
   if args.dtype:
     config.model.dtype = args.dtype
+  if args.dropout >= 0:
+    config.model.dropout = args.dropout
   size = sizing.size_step(config, devices)
   print(f"# python bench/sizing.py {' '.join(sys.argv[1:])}")
   print(report(size, config, args))

@@ -30,6 +30,7 @@ def _run(topology):
   if importlib.util.find_spec("libtpu") is None:
     pytest.skip("could not import 'libtpu' (pip install -e \".[tpu-plan]\")")
   env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1",
+             ALLOW_MULTIPLE_LIBTPU_LOAD="1",
              TPU_WORKER_HOSTNAMES="localhost", TF_CPP_MIN_LOG_LEVEL="3",
              JAX_DEFAULT_MATMUL_PRECISION="default",
              PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
