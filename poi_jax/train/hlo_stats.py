@@ -11,8 +11,9 @@ is the number of times it runs: 1 for the entry, a ``while`` body's caller's mul
 the loop's trip count (the ``known_trip_count`` XLA records in the loop's backend config, else
 the bound of the ``i < N`` compare of its condition), a fusion, call or custom call's callee the
 caller's. The FLOPs are those of ``dot`` and ``convolution`` instructions (TPU lowers matmuls to
-convolutions): ``2 x output elements x contracted elements``; elementwise work is not counted
-(a few percent of a transformer step).
+convolutions, batched ones with their batch dims as dilated "spatial" dims):
+``2 x output elements x contracted elements``; elementwise work is not counted (a few percent of
+a transformer step).
 
 Collectives (per device, per step): ``all-gather`` (its result: the gathered buffer),
 ``reduce-scatter`` (its operand: result x group), ``all-reduce``, ``all-to-all``,
@@ -185,7 +186,20 @@ def _dot_flops(i: _Instr, shapes: dict[str, str]) -> float:
   labels, dims = m.group(1), rhs[0][1]
   if len(labels) != len(dims):
     return 0.0
-  return 2.0 * out_elems * math.prod(d for lab, d in zip(labels, dims) if lab != "o")
+  # TPU writes a batched matmul as a convolution whose batch dims are "spatial" with
+  # lhs_dilate = window size (window={size=6x4 stride=5x3 lhs_dilate=6x4}): each output then
+  # meets one input per such dim. A window tap on a dilation hole does no work, so a spatial
+  # dim contributes ceil(size / lhs_dilate) taps.
+  dil = re.search(r"lhs_dilate=([0-9x]+)", i.attrs)
+  dilate = [int(x) for x in dil.group(1).split("x")] if dil else []
+  taps, k = 1, 0
+  for lab, d in zip(labels, dims):
+    if lab == "i":
+      taps *= d
+    elif lab.isdigit():
+      taps *= -(-d // dilate[k]) if k < len(dilate) else d
+      k += 1
+  return 2.0 * out_elems * taps
 
 
 def _group_size(attrs: str, n_devices: int) -> int:

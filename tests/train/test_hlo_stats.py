@@ -81,3 +81,19 @@ def test_collective_bytes_from_hlo_text():
   assert c.bytes["all-reduce"] == 5 * full  # inside a loop of 5 trips
   assert c.wire["all-gather"] == pytest.approx(full * 3 / 4)
   assert c.wire["all-reduce"] == pytest.approx(5 * 2 * full * 3 / 4)
+
+
+CONV = """HloModule c
+
+ENTRY %main (a: bf16[6,4,128,16], b: bf16[6,4,128,16]) -> f32[6,4,128,128] {
+  %a = bf16[6,4,128,16]{2,3,1,0} parameter(0)
+  %b = bf16[6,4,128,16]{2,3,1,0} parameter(1)
+  ROOT %c = f32[6,4,128,128]{2,3,1,0} convolution(%a, %b), window={size=6x4 stride=5x3 lhs_dilate=6x4}, dim_labels=01bf_01oi->01bf
+}
+"""
+
+
+def test_tpu_batched_matmul_as_dilated_convolution():
+  """TPU's form of ``bhqd,bhkd->bhqk`` (B=6, H=4, 128 x 128, d=16): the batch dims are dilated
+  spatial dims that each output meets once, not a 6 x 4 window."""
+  assert hlo_stats.analyze(CONV).matmul_flops == 2 * 6 * 4 * 128 * 128 * 16
