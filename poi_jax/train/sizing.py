@@ -216,6 +216,11 @@ def size_step(config: ml_collections.ConfigDict, devices: Sequence | None = None
   shape = mesh_lib.mesh_shape(config.mesh, len(devices))
   mesh = jax.sharding.Mesh(np.array(devices).reshape(shape), mesh_lib.AXES,
                            axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  split = shape[0] * shape[1]
+  if int(config.train.batch_size) % split:
+    raise mesh_lib.MeshError(
+        f"global batch {config.train.batch_size} is not divisible by data x fsdp = {split} "
+        f"(mesh {shape}): pick another mesh or batch")
   task = tasks.get_task(config.task)
   spec = batch_spec(config, task)
   enc_cfg = build.encoder_config(config)

@@ -24,7 +24,16 @@ TOPOLOGIES = ["v5e:2x2", "v4:2x2x1"]
 _RESULTS = {}
 
 
-def _run(topology):
+def _selected(request, topology):
+  """The cases of ``topology`` this session runs (``-k`` may pick some), compiled together."""
+  picked = {item.callspec.params["case"] for item in request.session.items
+            if getattr(item, "callspec", None) is not None
+            and item.callspec.params.get("topology") == topology
+            and "case" in item.callspec.params}
+  return [c for c in CASES if c in picked]
+
+
+def _run(request, topology):
   if topology in _RESULTS:
     return _RESULTS[topology]
   if importlib.util.find_spec("libtpu") is None:
@@ -34,25 +43,30 @@ def _run(topology):
              TPU_WORKER_HOSTNAMES="localhost", TF_CPP_MIN_LOG_LEVEL="3",
              JAX_DEFAULT_MATMUL_PRECISION="default",
              PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-  proc = subprocess.run([sys.executable, str(HERE / "tpu_sizing.py"), topology, *CASES],
-                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-  rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+  try:
+    proc = subprocess.run([sys.executable, str(HERE / "tpu_sizing.py"), topology,
+                           *_selected(request, topology)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    out, err = proc.stdout, (proc.stderr[-4000:] if proc.returncode else "")
+  except subprocess.TimeoutExpired as e:
+    out, err = (e.stdout or b"").decode(), f"timed out after {e.timeout} s"
+  rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
   # kept even when the child failed, so that each test reports its own case (no second run)
   _RESULTS[topology] = {r["case"]: r for r in rows}
-  _RESULTS[topology]["error"] = proc.stderr[-4000:] if proc.returncode else ""
+  _RESULTS[topology]["error"] = err
   return _RESULTS[topology]
 
 
-def _case(topology, case):
-  results = _run(topology)
+def _case(request, topology, case):
+  results = _run(request, topology)
   assert case in results, f"{case} did not compile for {topology}:\n{results['error']}"
   return results[case]
 
 
 @pytest.mark.required
 @pytest.mark.parametrize("topology", TOPOLOGIES)
-def test_fsdp_all_gather_bytes_are_read_from_the_tpu_program(topology):
-  r = _case(topology, "all-gather")
+def test_fsdp_all_gather_bytes_are_read_from_the_tpu_program(request, topology):
+  r = _case(request, topology, "all-gather")
   n = r["devices"]
   assert r["bytes"] == {"all-gather": 1024 * 512 * 4}, r
   assert r["wire"]["all-gather"] == pytest.approx(1024 * 512 * 4 * (n - 1) / n)
@@ -61,8 +75,8 @@ def test_fsdp_all_gather_bytes_are_read_from_the_tpu_program(topology):
 @pytest.mark.required
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("case", CASES)
-def test_training_step_compiles_for_a_tpu_slice(topology, case):
-  r = _case(topology, case)
+def test_training_step_compiles_for_a_tpu_slice(request, topology, case):
+  r = _case(request, topology, case)
   assert r["kind"].startswith("TPU v5" if topology.startswith("v5e") else "TPU v4"), r
   assert r["attention"] != "cpu_kernel", r
   assert not [t for t in r["custom_calls"] if "cpu" in t.lower()], r
