@@ -85,7 +85,9 @@ def test_training_step_compiles_for_a_tpu_slice(request, topology, case):
   ratio = r["flops"] / r["estimate"]
   lo, hi = (0.7, 1.6) if "minilm" in case else (0.5, 4.0)
   assert lo <= ratio <= hi, (ratio, r)
-  # QOPN's blocks are scanned: the raw cost analysis undercounts what the HLO reader counts
+  # QOPN's blocks are scanned: their matmuls count once per block (each loop body counted
+  # once would undercount). cost_analysis is not compared: it adds elementwise FLOPs, which
+  # dominate a 64-wide model.
   if case.startswith("newsqa"):
     assert any(t and t > 1 for _, t in r["loops"]), r
-    assert r["cost_flops"] < r["flops"], r
+    assert r["flops"] > r["flops_once"], r

@@ -39,7 +39,8 @@ def main(topology: str, specs: list[str]) -> None:
     size = sizing.size_step(config, devices)
     print(json.dumps({
         "case": spec, "kind": size.device_kind, "hbm": hw.memory, "total": size.memory["total"],
-        "flops": size.hlo.matmul_flops, "cost_flops": size.cost_flops,
+        "flops": size.hlo.matmul_flops,
+        "flops_once": size.hlo.matmul_flops_once, "cost_flops": size.cost_flops,
         "estimate": size.estimate_flops, "attention": size.attention,
         "custom_calls": size.hlo.custom_calls, "loops": size.hlo.loops,
         "replicated": size.large_replicated, "seconds": size.compile_seconds}), flush=True)
