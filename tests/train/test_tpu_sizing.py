@@ -1,7 +1,8 @@
 """TPU slices compiled for real on a CPU (issue 39, item 3): the training steps of POI-Net
 (SQuAD 2.0), DUMA (DREAM) and QOPN (NewsQA), tiny and MiniLM-shaped, compiled by the TPU compiler
 of ``libtpu`` (the ``[tpu-plan]`` extra) for a v5e and a v4 slice of 4 chips with fsdp=4, so that
-an op or a sharding a TPU cannot run fails here, without a TPU. Each compiled step must fit a
+an op or a sharding a TPU cannot run fails here, without a TPU (the default suite: one tiny step of
+each system, over the two generations; every other pair with `-m slow`). Each compiled step must fit a
 chip's HBM, pick no CPU kernel (``model.attention=auto`` chooses from the mesh's devices), leave
 no array over 1M elements replicated, and its matmul FLOPs (`poi_jax.train.hlo_stats`, loops
 times their trip counts) lie within a factor of the 6·N·tokens estimate: [0.7, 1.6] for the MiniLM
@@ -72,9 +73,18 @@ def test_fsdp_all_gather_bytes_are_read_from_the_tpu_program(request, topology):
   assert r["wire"]["all-gather"] == pytest.approx(1024 * 512 * 4 * (n - 1) / n)
 
 
+# The default suite compiles one tiny step of each system, split over the two TPU generations
+# (about a minute of TPU compilation on 2 cores); every other pair, the MiniLM-shaped steps
+# included (4 minutes each there), runs in the slow suite.
+DEFAULT_PAIRS = {("v5e:2x2", "squad2:tiny"), ("v4:2x2x1", "dream:tiny,duma"),
+                 ("v5e:2x2", "newsqa:tiny")}
+PAIRS = [pytest.param(topology, case, id=f"{topology}-{case}",
+                      marks=() if (topology, case) in DEFAULT_PAIRS else (pytest.mark.slow,))
+         for topology in TOPOLOGIES for case in CASES]
+
+
 @pytest.mark.required
-@pytest.mark.parametrize("topology", TOPOLOGIES)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("topology,case", PAIRS)
 def test_training_step_compiles_for_a_tpu_slice(request, topology, case):
   r = _case(request, topology, case)
   assert r["kind"].startswith("TPU v5" if topology.startswith("v5e") else "TPU v4"), r
