@@ -65,5 +65,9 @@ setup(
         # --mode=prepare on Apache Beam (--beam_pipeline_options; docs/data.md). Beam pins its
         # own protobuf and pyarrow: install it in its own environment (a worker image).
         "beam": ["apache-beam"],
+        # bench/sizing.py --topology=v5e:16x16: the real TPU compiler (libtpu, the version
+        # jax[tpu]==0.10.2 pins) compiles a step for a TPU slice that is not attached; never
+        # needed by the library itself (docs/sizing.md).
+        "tpu-plan": ["libtpu==0.0.42.*"],
     },
 )
