@@ -102,8 +102,9 @@ def _mean_std(values) -> str:
   values = list(values)
   if not values:
     return "not measured"
-  std = statistics.stdev(values) if len(values) > 1 else float("nan")
-  return f"{statistics.fmean(values):.2f} ± {std:.2f} (n={len(values)})"
+  if len(values) == 1:  # no spread to state yet
+    return f"{values[0]:.2f} (n=1)"
+  return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n={len(values)})"
 
 
 def table(data: dict) -> str:
