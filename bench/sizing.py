@@ -5,6 +5,7 @@ whole paper run on named hardware.
   python bench/sizing.py --config=configs/squad2.py:minilm --mesh=1,8,1
   python bench/sizing.py --config=configs/squad2.py --mesh=1,8,1 --batch=24 --seq=512
   python bench/sizing.py --config=configs/race.py:duma --topology=v5e:4x4     # the TPU compiler
+  python bench/sizing.py --config=configs/race.py --topology=v5e:4x4 --config.model.remat=full
 
 Without ``--topology``: ``--mesh``'s product of simulated CPU devices (``XLA_FLAGS`` set before
 JAX starts); the projection is a roofline for each accelerator of `poi_jax.train.sizing.HARDWARE`
@@ -16,10 +17,15 @@ real TPU compiler; ``--mesh`` defaults to ``1,<chips>,1``. The library is
 FLOPs: ``cost`` is ``Compiled.cost_analysis()`` raw (a loop body counted once); ``hlo`` counts
 every dot/convolution times its loops' trip counts (the figure the projection uses); ``6NT`` is
 (6 x matmul parameters + 12 x layers x seq x hidden) x tokens per device.
+
+Any other config field is set the way ``python -m poi_jax.main`` sets it:
+``--config.model.remat=full``, ``--config.model.attention=xla`` (applied after ``--batch``,
+``--seq``, ``--dtype``; the value is read as the field's type).
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import sys
@@ -47,6 +53,40 @@ def load_config(spec: str):
   module = importlib.util.module_from_spec(mod_spec)
   mod_spec.loader.exec_module(module)
   return module.get_config(arg or None)
+
+
+def apply_overrides(config, overrides: list[str]):
+  """Sets each ``--config.a.b=value`` of ``overrides`` on ``config``, ``value`` read as the
+  field's current type (bool: true/false; a tuple or list: a Python literal); an unknown field
+  or an unreadable value is an error naming it."""
+  for item in overrides:
+    if not item.startswith("--config.") or "=" not in item:
+      raise SystemExit(f"sizing.py: unrecognized argument {item!r} (expected --config.FIELD=VALUE)")
+    key, _, text = item[len("--config."):].partition("=")
+    *parents, leaf = key.split(".")
+    node = config
+    for name in parents:
+      if name not in node:
+        raise SystemExit(f"sizing.py: --config.{key}: the config has no field {name!r}")
+      node = node[name]
+    if leaf not in node:
+      raise SystemExit(f"sizing.py: --config.{key}: the config has no field {leaf!r}")
+    current = node[leaf]
+    try:
+      if isinstance(current, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+          raise ValueError("expected true or false")
+        value = text.lower() in ("true", "1")
+      elif isinstance(current, (int, float)):
+        value = int(text) if type(current) is int else float(text)
+      elif isinstance(current, (tuple, list)):
+        value = type(current)(ast.literal_eval(text))
+      else:
+        value = text
+    except (ValueError, SyntaxError) as e:
+      raise SystemExit(f"sizing.py: --config.{key}={text}: not a {type(current).__name__} ({e})")
+    node[leaf] = value
+  return config
 
 
 def _gb(x):
@@ -138,7 +178,7 @@ def main():
   ap.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilisation")
   ap.add_argument("--examples", type=int, default=0, help="training examples per epoch")
   ap.add_argument("--hardware", default="", help="comma-separated names of HARDWARE")
-  args = ap.parse_args()
+  args, overrides = ap.parse_known_args()
   if args.topology:
     for k, v in _TPU_NOISE.items():
       os.environ.setdefault(k, v)
@@ -165,6 +205,7 @@ def main():
     config.model.dtype = args.dtype
   if args.dropout >= 0:
     config.model.dropout = args.dropout
+  apply_overrides(config, overrides)
   size = sizing.size_step(config, devices)
   print(f"# python bench/sizing.py {' '.join(sys.argv[1:])}")
   print(report(size, config, args))
