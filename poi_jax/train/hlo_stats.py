@@ -9,7 +9,8 @@ loop once, whatever its trip count, so a scanned layer stack (``model.scan_layer
 ``optimal_seconds`` came back negative for real steps. Here every computation's *multiplicity*
 is the number of times it runs: 1 for the entry, a ``while`` body's caller's multiplicity times
 the loop's trip count (the ``known_trip_count`` XLA records in the loop's backend config, else
-the bound of the ``i < N`` compare of its condition), a fusion, call or custom call's callee the
+``ceil((N - start) / step)`` read from the ``i < N`` compare of its condition, the body's
+``i + step`` and the loop's initial tuple), a fusion, call or custom call's callee the
 caller's. The FLOPs are those of ``dot`` and ``convolution`` instructions (TPU lowers matmuls to
 convolutions, batched ones with their batch dims as dilated "spatial" dims):
 ``2 x output elements x contracted elements``; elementwise work is not counted (a few percent of
@@ -39,6 +40,7 @@ _CALLEE = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_c
                      r"%?([\w.\-]+)")
 _CALLEE_LIST = re.compile(r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+_INT_TYPES = ("s8", "u8", "s16", "u16", "s32", "u32", "s64", "u64")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 
 
@@ -73,6 +75,7 @@ class _Instr:
   operands: list[str]
   attrs: str
   args: str = ""  # the text inside the parentheses (a constant's value)
+  root: bool = False
 
 
 @dataclasses.dataclass
@@ -108,11 +111,44 @@ def parse(text: str) -> dict[str, _Computation]:
         break
     operands = re.findall(r"%([\w.\-]+)", args[:end])
     current.instrs.append(_Instr(m.group(1), shape, op.strip(), operands, args[end + 1:],
-                                 args[:end]))
+                                 args[:end], line.lstrip().startswith("ROOT ")))
   return comps
 
 
-def _trip_count(instr: _Instr, comps) -> int | None:
+def _int_constant(name: str, comp: _Computation | None) -> int | None:
+  """The value of integer constant ``name`` of ``comp`` (through copies), else None."""
+  if comp is None:
+    return None
+  by_name = {i.name: i for i in comp.instrs}
+  i = by_name.get(name)
+  while i is not None and i.op in ("copy", "bitcast", "convert") and i.operands:
+    i = by_name.get(i.operands[0])
+  if (i is not None and i.op == "constant" and i.shape.split("[")[0] in _INT_TYPES
+      and re.fullmatch(r"-?\d+", i.args.strip())):
+    return int(i.args)
+  return None
+
+
+def _tuple_element(comp: _Computation | None, tuple_name: str | None, index: int) -> str | None:
+  """The name of operand ``index`` of ``comp``'s tuple instruction ``tuple_name`` (its ROOT
+  when None)."""
+  if comp is None or not comp.instrs:
+    return None
+  if tuple_name is None:
+    t = next((i for i in comp.instrs if i.root), comp.instrs[-1])
+  else:
+    t = next((i for i in comp.instrs if i.name == tuple_name), None)
+  if t is None or t.op != "tuple" or index >= len(t.operands):
+    return None
+  return t.operands[index]
+
+
+def _trip_count(instr: _Instr, comps, caller: _Computation | None = None) -> int | None:
+  """A ``while``'s trip count: XLA's ``known_trip_count``, else read from the loop: the
+  condition's ``i < N`` compare on tuple element ``k``, the body's step for element ``k``
+  (``i + c``; the TPU compiler unrolls its windowed collective matmuls by 2 and steps by 2, so
+  ``N`` alone counts their bodies twice) and ``i``'s start in the loop's initial tuple:
+  ``ceil((N - start) / c)``."""
   m = _TRIP.search(instr.attrs)
   if m:
     return int(m.group(1))
@@ -120,13 +156,36 @@ def _trip_count(instr: _Instr, comps) -> int | None:
   comp = comps.get(cond.group(1)) if cond else None
   if comp is None:
     return None
-  consts = {i.name: i for i in comp.instrs
-            if i.op == "constant" and i.shape.split("[")[0] in ("s32", "s64", "u32", "u64")}
+  by_name = {i.name: i for i in comp.instrs}
   for i in comp.instrs:
-    if i.op == "compare" and "direction=LT" in i.attrs:
-      for o in i.operands:
-        if o in consts and re.fullmatch(r"-?\d+", consts[o].args.strip()):
-          return int(consts[o].args)
+    if i.op != "compare" or "direction=LT" not in i.attrs or len(i.operands) != 2:
+      continue
+    bound = _int_constant(i.operands[1], comp)
+    if bound is None:
+      continue
+    counter = by_name.get(i.operands[0])
+    index = re.search(r"\bindex=(\d+)", counter.attrs) if counter is not None else None
+    if counter is None or counter.op != "get-tuple-element" or index is None:
+      return bound
+    k = int(index.group(1))
+    body_m = re.search(r"\bbody=%?([\w.\-]+)", instr.attrs)
+    body = comps.get(body_m.group(1)) if body_m else None
+    step, start = 1, 0
+    nxt = _tuple_element(body, None, k)
+    body_by_name = {j.name: j for j in body.instrs} if body else {}
+    update = body_by_name.get(nxt) if nxt else None
+    if update is not None and update.op == "add" and len(update.operands) == 2:
+      for a, b in (update.operands, update.operands[::-1]):
+        src = body_by_name.get(a)
+        c = _int_constant(b, body)
+        if (src is not None and src.op == "get-tuple-element" and c and c > 0
+            and re.search(rf"\bindex={k}\b", src.attrs)):
+          step = c
+          break
+    if caller is not None and instr.operands:
+      init = _int_constant(_tuple_element(caller, instr.operands[0], k) or "", caller)
+      start = init if init is not None else 0
+    return max(0, -(-(bound - start) // step))
   return None
 
 
@@ -139,7 +198,7 @@ def multiplicities(comps: dict[str, _Computation]) -> tuple[dict[str, float], li
     for i in comp.instrs:
       trip = None
       if i.op == "while":
-        trip = _trip_count(i, comps)
+        trip = _trip_count(i, comps, comp)
         loops.append((i.name, trip))
       for kind, callee in _CALLEE.findall(i.attrs):
         factor = (trip or 1) if kind in ("body", "condition") else 1
@@ -177,29 +236,68 @@ def _dot_flops(i: _Instr, shapes: dict[str, str]) -> float:
     dims = lhs[0][1]
     contracted = math.prod(dims[int(d)] for d in m.group(1).split(",") if d)
     return 2.0 * out_elems * contracted
-  # convolution: dim_labels=<lhs>_<rhs>-><out>; the kernel's dims other than its output
-  # feature ('o') are contracted (input features x window).
-  m = re.search(r"dim_labels=[^_]+_([^-]+)->", i.attrs)
+  # convolution: dim_labels=<lhs>_<rhs>-><out>; per output element, the kernel's input
+  # features ('i') times the window taps that land on real input (not padding, not a dilation
+  # hole), counted per spatial dim.
+  m = re.search(r"dim_labels=([^_]+)_([^-]+)->(\S+?)[,\s]", i.attrs + " ")
+  lhs = _arrays(shapes.get(i.operands[0], "")) if i.operands else []
   rhs = _arrays(shapes.get(i.operands[1], "")) if len(i.operands) > 1 else []
-  if not m or not rhs:
+  if not m or not rhs or not lhs:
     return 0.0
-  labels, dims = m.group(1), rhs[0][1]
-  if len(labels) != len(dims):
+  lhs_labels, rhs_labels, out_labels = m.groups()
+  lhs_dims, rhs_dims, out_dims = lhs[0][1], rhs[0][1], out[0][1]
+  if (len(lhs_labels), len(rhs_labels), len(out_labels)) != (len(lhs_dims), len(rhs_dims),
+                                                              len(out_dims)):
     return 0.0
-  # TPU writes a batched matmul as a convolution whose batch dims are "spatial" with
-  # lhs_dilate = window size (window={size=6x4 stride=5x3 lhs_dilate=6x4}): each output then
-  # meets one input per such dim. A window tap on a dilation hole does no work, so a spatial
-  # dim contributes ceil(size / lhs_dilate) taps.
-  dil = re.search(r"lhs_dilate=([0-9x]+)", i.attrs)
-  dilate = [int(x) for x in dil.group(1).split("x")] if dil else []
-  taps, k = 1, 0
-  for lab, d in zip(labels, dims):
-    if lab == "i":
-      taps *= d
-    elif lab.isdigit():
-      taps *= -(-d // dilate[k]) if k < len(dilate) else d
-      k += 1
-  return 2.0 * out_elems * taps
+  in_features = math.prod(d for lab, d in zip(rhs_labels, rhs_dims) if lab == "i")
+  window = _window(i.attrs)
+  taps = 1
+  for lab, size in zip(rhs_labels, rhs_dims):
+    if not lab.isdigit():
+      continue
+    k = int(lab)
+    w = {key: vals[k] if k < len(vals) else default
+         for key, (vals, default) in window.items()}
+    taps *= _valid_taps(out_dims[out_labels.index(lab)], lhs_dims[lhs_labels.index(lab)],
+                        size, w["stride"], w["pad_lo"], w["lhs_dilate"], w["rhs_dilate"])
+  out_spatial = math.prod(d for lab, d in zip(out_labels, out_dims) if lab.isdigit())
+  # taps counts (output position, window tap) pairs over the spatial dims: per non-spatial
+  # output element, sum over its spatial positions
+  return 2.0 * (out_elems / max(out_spatial, 1)) * in_features * taps
+
+
+def _window(attrs: str) -> dict[str, tuple[list[int], int]]:
+  """A convolution's ``window={size=.. stride=.. pad=lo_hi.. lhs_dilate=.. rhs_dilate=..}`` as
+  per-spatial-dim lists, each with its default."""
+  m = re.search(r"window=\{([^}]*)\}", attrs)
+  text = m.group(1) if m else ""
+
+  def ints(key):
+    f = re.search(rf"\b{key}=([0-9x]+)", text)
+    return [int(x) for x in f.group(1).split("x")] if f else []
+  pad = re.search(r"\bpad=([0-9_x-]+)", text)
+  pad_lo = [int(p.split("_")[0]) for p in pad.group(1).split("x")] if pad else []
+  return {"stride": (ints("stride"), 1), "pad_lo": (pad_lo, 0),
+          "lhs_dilate": (ints("lhs_dilate"), 1), "rhs_dilate": (ints("rhs_dilate"), 1)}
+
+
+def _valid_taps(out_size: int, in_size: int, window: int, stride: int, pad_lo: int,
+                lhs_dilate: int, rhs_dilate: int) -> int:
+  """How many (output position, window tap) pairs of one spatial dim read a real input
+  element. TPU writes a batched matmul as a convolution whose batch dim is spatial: with
+  ``lhs_dilate`` = the window size, or with ``pad=1_1`` and a window of 2 over an input of 1, each
+  output position meets one real input, not ``window`` of them."""
+  if out_size * window > 4_000_000:  # no real HLO has this; count without padding or holes
+    return out_size * -(-window // lhs_dilate)
+  last = (in_size - 1) * lhs_dilate
+  count = 0
+  for o in range(out_size):
+    base = o * stride - pad_lo
+    for k in range(window):
+      pos = base + k * rhs_dilate
+      if 0 <= pos <= last and pos % lhs_dilate == 0:
+        count += 1
+  return count
 
 
 def _group_size(attrs: str, n_devices: int) -> int:

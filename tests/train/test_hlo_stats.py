@@ -97,3 +97,59 @@ def test_tpu_batched_matmul_as_dilated_convolution():
   """TPU's form of ``bhqd,bhkd->bhqk`` (B=6, H=4, 128 x 128, d=16): the batch dims are dilated
   spatial dims that each output meets once, not a 6 x 4 window."""
   assert hlo_stats.analyze(CONV).matmul_flops == 2 * 6 * 4 * 128 * 128 * 16
+
+
+# The TPU compiler's windowed (collective) matmul over an fsdp axis of 16 (its loops as v5e:4x4
+# compiles `x @ w` with `w` sharded): the body is unrolled by 2 and its counter steps by 2 under an
+# `i < 8` bound, so the loop runs 4 times, not 8; the batched matmul inside is a convolution
+# whose size-2 batch dim is a window of 2 over an input of 1 padded 1 on each side (one real
+# tap per output position, not two).
+WINDOWED = """HloModule w
+
+%conv (a: bf16[512,64,1], b: bf16[512,2,128]) -> bf16[64,2,128] {
+  %a = bf16[512,64,1]{0,1,2} parameter(0)
+  %b = bf16[512,2,128]{2,0,1} parameter(1)
+  ROOT %c = bf16[64,2,128]{2,0,1} convolution(%a, %b), window={size=2 pad=1_1 rhs_reversal=1}, dim_labels=fb0_i0o->b0f
+}
+
+%body (p: (bf16[512,64,1], bf16[512,2,128], u32[])) -> (bf16[512,64,1], bf16[512,2,128], u32[]) {
+  %p = (bf16[512,64,1]{0,1,2}, bf16[512,2,128]{2,0,1}, u32[]) parameter(0)
+  %a = bf16[512,64,1]{0,1,2} get-tuple-element(%p), index=0
+  %b = bf16[512,2,128]{2,0,1} get-tuple-element(%p), index=1
+  %i = u32[] get-tuple-element(%p), index=2
+  %f1 = bf16[64,2,128]{2,0,1} fusion(%a, %b), kind=kOutput, calls=%conv
+  %f2 = bf16[64,2,128]{2,0,1} fusion(%a, %b), kind=kOutput, calls=%conv
+  %two = u32[] constant(2)
+  %j = u32[] add(%i, %two)
+  ROOT %t = (bf16[512,64,1]{0,1,2}, bf16[512,2,128]{2,0,1}, u32[]) tuple(%a, %b, %j)
+}
+
+%cond (p: (bf16[512,64,1], bf16[512,2,128], u32[])) -> pred[] {
+  %p = (bf16[512,64,1]{0,1,2}, bf16[512,2,128]{2,0,1}, u32[]) parameter(0)
+  %n = u32[] constant(8)
+  %i = u32[] get-tuple-element(%p), index=2
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (a: bf16[512,64,1], b: bf16[512,2,128]) -> bf16[512,64,1] {
+  %a = bf16[512,64,1]{0,1,2} parameter(0)
+  %b = bf16[512,2,128]{2,0,1} parameter(1)
+  %zero = u32[] constant(0)
+  %t = (bf16[512,64,1]{0,1,2}, bf16[512,2,128]{2,0,1}, u32[]) tuple(%a, %b, %zero)
+  %loop = (bf16[512,64,1]{0,1,2}, bf16[512,2,128]{2,0,1}, u32[]) while(%t), condition=%cond, body=%body
+  ROOT %out = bf16[512,64,1]{0,1,2} get-tuple-element(%loop), index=0
+}
+"""
+
+
+def test_windowed_matmul_loop_steps_by_two_and_pads_its_batch_dim():
+  stats = hlo_stats.analyze(WINDOWED)
+  assert stats.loops == [("loop", 4)]
+  per_conv = 2 * 64 * 2 * 128 * 512  # output elements x 512 contracted, one tap each
+  assert stats.matmul_flops == 4 * 2 * per_conv
+
+
+def test_loop_trip_count_starts_where_its_counter_starts():
+  """``i`` from 3 to ``i < 8`` by 2: trips 3, 5, 7."""
+  text = WINDOWED.replace("%zero = u32[] constant(0)", "%zero = u32[] constant(3)")
+  assert hlo_stats.analyze(text).loops == [("loop", 3)]

@@ -31,7 +31,7 @@ def _selected(request, topology):
             if getattr(item, "callspec", None) is not None
             and item.callspec.params.get("topology") == topology
             and "case" in item.callspec.params}
-  return [c for c in CASES if c in picked]
+  return [c for c in CASES if c in picked] + sorted(picked - set(CASES))
 
 
 def _run(request, topology):
@@ -101,3 +101,14 @@ def test_training_step_compiles_for_a_tpu_slice(request, topology, case):
   if case.startswith("newsqa"):
     assert any(t and t > 1 for _, t in r["loops"]), r
     assert r["flops"] > r["flops_once"], r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology,case", [("v5e:4x4", "windowed")])
+def test_windowed_collective_matmul_flops_are_exact(request, topology, case):
+  """On 16 v5e chips the TPU compiler writes FSDP matmuls as windowed loops (unrolled by 2, the
+  counter stepping by 2; batched convolutions padded to a window of 2): the HLO count must equal
+  the exact ``10 M K N / n``, neither the loop bound's 2x nor the window's."""
+  r = _case(request, topology, case)
+  assert r["loops"] and all(t == 4 for _, t in r["loops"]), r
+  assert r["flops"] == r["exact"], r
