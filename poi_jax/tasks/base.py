@@ -78,6 +78,9 @@ class Task:
       bucketed (its model's outputs on real positions would depend on the padding).
     length_outputs: the model's outputs whose last axis is the sequence, with the value their
       cut positions are padded back with (the decoder never reads them).
+    bucketable: ``config -> bool`` or None (always): whether the config's model may be cut to
+      buckets; False for a model whose outputs on real positions depend on the padding (DUMA's
+      ``released`` variant averages over every position).
   """
   name: str
   metric: str
@@ -95,6 +98,7 @@ class Task:
   shard_spec: Callable[..., Any] | None = None
   length_keys: tuple[str, ...] = ()
   length_outputs: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  bucketable: Callable[[Config], bool] | None = None
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)
@@ -129,10 +133,10 @@ class Task:
   def buckets(self, config: Config) -> tuple[int, ...]:
     """The length buckets of this run (`poi_jax.data.buckets.resolve` of
     ``data.length_buckets``); one bucket, ``max_seq_length``, for a task without
-    ``length_keys`` or with buckets off."""
+    ``length_keys``, a model that is not ``bucketable``, or with buckets off."""
     from poi_jax.data import buckets
     full = int(config.data.max_seq_length)
-    if not self.length_keys:
+    if not self.length_keys or (self.bucketable is not None and not self.bucketable(config)):
       return (full,)
     return buckets.resolve(config.data.get("length_buckets", buckets.AUTO), full)
 

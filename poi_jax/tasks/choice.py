@@ -18,6 +18,17 @@ from poi_jax.tasks import squad as squad_task
 
 MODEL_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags", "con_start",
               "con_end", "p_end", "q_start", "q_end", "labels")
+# (B, C, L): each option's sequence; a batch is cut to the bucket of its longest option.
+LENGTH_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pos_tags")
+
+
+def bucketable(config) -> bool:
+  """Every head but DUMA's ``released`` variant: POI-Net max-pools over its domains, the plain
+  encoder over the passage, DUMA ``paper`` takes masked means; ``released`` averages its
+  co-attended sequences over all ``max_seq_length`` positions, padding included
+  (`poi_jax.layers.duma`), so cutting a batch would change its logits."""
+  m = config.model
+  return not (m.head == "duma" and m.duma.variant == "released")
 
 
 def _read_race(config, split):
@@ -115,7 +126,8 @@ def _task(name, read):
                    build_model=build_model, evaluator=ChoiceEvaluator, model_keys=MODEL_KEYS,
                    load_pretrained=squad_task.load_pretrained,
                    export_pretrained=squad_task.export_pretrained,
-                   describe_head=squad_task.describe_head, shard_spec=shard_spec)
+                   describe_head=squad_task.describe_head, shard_spec=shard_spec,
+                   length_keys=LENGTH_KEYS, bucketable=bucketable)
 
 
 TASKS = {"race": _task("race", _read_race), "dream": _task("dream", _read_dream)}
