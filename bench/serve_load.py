@@ -3,6 +3,8 @@ per model call, side by side in one run.
 
   nice python bench/serve_load.py --model=tiny:/tmp/squad-tiny --model=minilm:/tmp/squad-minilm \
       [--clients=1,8,32] [--seconds=10] [--max_batch=32] [--max_wait_ms=5] [--mix=squad,distinct]
+  python bench/serve_load.py --model=off:/tmp/squad-minilm --model=auto:/tmp/squad-minilm \
+      --model_flags=off:--length_buckets=off --model_flags=auto:--length_buckets=auto
 
 For each model, two servers run one after the other (``python -m poi_jax.serve``, warm-up
 compiled before timing): ``--max_batch=<max_batch>`` (batching) and ``--max_batch=1``. Each of K
@@ -53,6 +55,9 @@ _MIX = flags.DEFINE_list("mix", ["squad"], "Question mixes: squad (passages repe
                          "data), distinct (every request a new passage).")
 _EXTRA = flags.DEFINE_list("server_flags", [], "More flags for both servers (e.g. "
                            "--passage_cache=0,--cpu_malloc=system).")
+_MODEL_FLAGS = flags.DEFINE_multi_string(
+    "model_flags", [], "name:--flag=value[,--flag=value]: more flags for one --model's servers, "
+    "e.g. the same path twice as off and auto with --model_flags=off:--length_buckets=off.")
 
 
 def _questions(n: int) -> list[dict]:
@@ -81,13 +86,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(model: str, max_batch: int, env: dict) -> tuple[subprocess.Popen, str]:
+def _start(model: str, max_batch: int, env: dict, extra: list[str] = ()
+           ) -> tuple[subprocess.Popen, str]:
   import httpx
   port = _free_port()
   proc = subprocess.Popen(
       [sys.executable, "-m", "poi_jax.serve", f"--model={model}", f"--port={port}",
        f"--max_batch={max_batch}", f"--max_wait_ms={_MAX_WAIT_MS.value}", "--max_queue=1024",
-       *_EXTRA.value],
+       *_EXTRA.value, *extra],
       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   url = f"http://127.0.0.1:{port}"
   while True:
@@ -217,12 +223,16 @@ def main(argv):
   questions = _questions(_QUESTIONS.value)
   clients = [int(k) for k in _CLIENTS.value]
   modes = [(f"batch<={_MAX_BATCH.value}", _MAX_BATCH.value), ("max_batch=1", 1)]
+  per_model = {}
+  for item in _MODEL_FLAGS.value:
+    name, _, more = item.partition(":")
+    per_model.setdefault(name, []).extend(f for f in more.split(",") if f)
   rows, splits, rss = {}, {}, {}
   for spec in _MODELS.value:
     name, path = spec.split(":", 1)
     for mix in _MIX.value:
       for mode, max_batch in modes:
-        proc, url = _start(path, max_batch, env)
+        proc, url = _start(path, max_batch, env, per_model.get(name, []))
         asker = _Asker(questions, mix)
         try:
           asyncio.run(_load(url, asker, 1, 2.0))  # first requests: connections, caches

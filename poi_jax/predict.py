@@ -57,6 +57,9 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", None,
 _NULL_THRESHOLD = flags.DEFINE_float(
     "null_threshold", None, "SQuAD 2.0: override the null-score-difference threshold δ "
     "(default: the one tuned on the eval set at the checkpoint).")
+_LENGTH_BUCKETS = flags.DEFINE_string(
+    "length_buckets", None, "Override the model's data.length_buckets: off, auto or lengths such "
+    "as 128,256 (same answers; fewer padded positions computed, one compilation per bucket).")
 _CHUNK = 64  # questions featurised and answered together (the progress bar's granularity)
 
 
@@ -301,7 +304,7 @@ def main(argv):
       _need_questions(*parsed, path)
     from poi_jax.inference.reader import Reader
     reader = Reader.load(_MODEL.value, null_threshold=_NULL_THRESHOLD.value,
-                         batch_size=_BATCH_SIZE.value)
+                         batch_size=_BATCH_SIZE.value, length_buckets=_LENGTH_BUCKETS.value)
     if parsed is None:
       parsed = parse_lines(lines, path, reader.is_extractive)
       _need_questions(*parsed, path)

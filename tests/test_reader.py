@@ -208,6 +208,14 @@ def test_length_buckets_give_the_answers_of_full_length_batches(squad_reader, sq
   assert on.compiled_shapes > off.compiled_shapes
 
 
+def test_length_buckets_are_overridden_at_load(squad_run):
+  # The server's and predict's --length_buckets: the run's config says auto (32, 64, 96, 128).
+  assert Reader.load(squad_run, length_buckets="off").buckets == (128,)
+  assert Reader.load(squad_run, length_buckets="64").buckets == (64, 128)
+  with pytest.raises(ValueError, match="length_buckets: .*expected 'auto', 'off'"):
+    Reader.load(squad_run, length_buckets="short")
+
+
 def test_null_threshold_falls_back_to_the_config():
   config = {"eval": {"null_score_diff_threshold": -1.5}}
   assert export_files.null_threshold(config, None) == (-1.5, "eval.null_score_diff_threshold")

@@ -163,11 +163,13 @@ class Reader:
 
   @classmethod
   def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,
-           batch_size: int | None = None,
+           batch_size: int | None = None, length_buckets: str | None = None,
            passage_cache: int = DEFAULT_PASSAGE_CACHE, cpu_malloc: str = "system") -> Reader:
     """The model of a workdir (checkpoint ``step``; default: the best, else the latest) or of an
     ``export/`` directory (its one model; ``step`` is ignored). ``null_threshold``: overrides δ;
-    ``batch_size``: default the config's ``train.eval_batch_size``; ``passage_cache``: passages
+    ``batch_size``: default the config's ``train.eval_batch_size``; ``length_buckets``: overrides
+    the run's ``data.length_buckets`` (``off``, ``auto`` or lengths such as ``"128,256"``: the
+    answers are the same, only the compiled shapes and speed change); ``passage_cache``: passages
     whose analysis is kept (0: none; module docstring); ``cpu_malloc``: `poi_jax.runtime`'s
     setting for this process, if nothing set it before (``system``: memory stays flat; the
     server's ``reuse`` keeps the pages of large batches' temporaries)."""
@@ -179,6 +181,14 @@ class Reader:
     if batch_size is not None and batch_size <= 0:
       raise ValueError(f"batch_size={batch_size} must be positive")
     config, task, model, step, delta = load_lib.load_model(path, step)
+    if length_buckets is not None:
+      from poi_jax.data import buckets as buckets_lib
+      try:
+        buckets_lib.resolve(length_buckets, config.data.max_seq_length)
+      except ValueError as e:
+        raise ValueError(f"length_buckets: {e}") from None
+      with config.unlocked():
+        config.data.length_buckets = str(length_buckets)
     if config.model.pos_embedding:
       from poi_jax.data import pos
       pos.ensure_nltk_resources()

@@ -263,6 +263,9 @@ def define_flags() -> None:
       "max_windows", 16, "Most windows (data.max_seq_length tokens, data.doc_stride apart) one "
       "passage may take (422 beyond).")
   flags.DEFINE_float("null_threshold", None, "SQuAD 2.0: override δ.")
+  flags.DEFINE_string(
+      "length_buckets", None, "Override the model's data.length_buckets: off, auto or lengths "
+      "such as 128,256 (same answers; each bucket x batch size compiled at start-up).")
   flags.DEFINE_integer(
       "passage_cache", 256, "Passages whose analysis (NLTK tags, per-character lookups) is kept "
       "for the next question about them, least recently used out first; 0: none.")
@@ -303,7 +306,7 @@ def main(argv):
     # batch_size = max_batch: a batch of one-window questions is one model call.
     reader = Reader.load(FLAGS.model, null_threshold=FLAGS.null_threshold,
                          batch_size=FLAGS.max_batch, passage_cache=FLAGS.passage_cache,
-                         cpu_malloc=FLAGS.cpu_malloc)
+                         length_buckets=FLAGS.length_buckets, cpu_malloc=FLAGS.cpu_malloc)
   except (CheckpointError, FileNotFoundError, ValueError, NltkResourceError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
