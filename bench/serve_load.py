@@ -43,6 +43,7 @@ import numpy as np
 from absl import app, flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: poi_jax/ from this checkout, as the servers
 SQUAD = ROOT.parent / "shared" / "data" / "squad2" / "squad2-dev-subset.json"
 
 _MODELS = flags.DEFINE_multi_string("model", None, "name:path of a workdir or export/ to serve.")
