@@ -113,7 +113,9 @@ def report(size, config, args) -> str:
       f"{'x'.join(map(str, size.mesh))}; {config.task} {config.model.head} on "
       f"{size.encoder['model_type']} {size.encoder['layers']}L/{size.encoder['hidden']}; "
       f"batch {size.batch['input_ids'][0]} {config.model.dtype}; attention={size.attention}; "
-      f"compiled in {size.compile_seconds:.1f} s")
+      f"compiled in {size.compile_seconds:.1f} s"
+      + (f"; each device is one of a chip's {size.cores_per_chip} TensorCores"
+         if size.cores_per_chip > 1 else ""))
   add(f"{'per device, per step':<44} {'value':>14}")
   add("-" * 59)
   rows = [
@@ -156,7 +158,7 @@ def report(size, config, args) -> str:
     names = [sizing.TPU_KINDS.get(size.device_kind, "v5e")]
   for name in names:
     p = sizing.project(size, sizing.HARDWARE[name], args.mfu)
-    add(f"{name:<8} {1e3 * p.compute_s:>10.3g} {1e3 * p.hbm_s:>8.3g} {1e3 * p.comm_s:>11.3g} "
+    add(f"{p.hardware.name:<8} {1e3 * p.compute_s:>10.3g} {1e3 * p.hbm_s:>8.3g} {1e3 * p.comm_s:>11.3g} "
         f"{1e3 * p.step_s:>9.3g} {steps * p.step_s / 3600:>8.3g} {p.memory / 2**30:>8.2f} "
         f"{'yes' if p.fits else 'NO':>5}")
   add("sources: " + "; ".join(f"{n}: {sizing.HARDWARE[n].source}" for n in names))

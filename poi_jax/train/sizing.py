@@ -178,6 +178,9 @@ class StepSize:
   attention: str
   compile_seconds: float
   encoder: dict
+  # TensorCores per chip when each core is a device (a v4 topology without megacore: 8
+  # devices for v4:2x2x1's 4 chips); `project` then gives each device its share of the chip.
+  cores_per_chip: int = 1
 
 
 def _memory(compiled) -> dict:
@@ -268,7 +271,15 @@ def size_step(config: ml_collections.ConfigDict, devices: Sequence | None = None
       hlo=hlo_stats.analyze(compiled.as_text(), len(devices)),
       estimate_flops=estimate / len(devices), attention=kernel, compile_seconds=seconds,
       encoder=dict(model_type=enc_cfg.model_type, layers=enc_cfg.num_hidden_layers,
-                   hidden=enc_cfg.hidden_size))
+                   hidden=enc_cfg.hidden_size),
+      cores_per_chip=cores_per_chip(devices))
+
+
+def cores_per_chip(devices: Sequence) -> int:
+  """How many devices share a chip: the distinct ``core_on_chip`` of a TPU slice's devices (2
+  for v4 and v5p topologies compiled per TensorCore, 1 for v5e, v6e, GPUs and CPUs)."""
+  cores = {getattr(d, "core_on_chip", 0) for d in devices}
+  return max(1, len(cores))
 
 
 @dataclasses.dataclass
@@ -288,7 +299,13 @@ def project(size: StepSize, hw: Hardware, mfu: float) -> Projection:
   + 2 x temporaries) bytes / HBM bandwidth (each parameter, gradient and moment read and written
   once, activations written then read); collectives = ring bytes / one link direction's
   bandwidth; the step takes the largest (overlap assumed). ``fits``: compiled total per device
-  <= the device's memory."""
+  <= the device's memory. A device that is one of a chip's ``size.cores_per_chip`` TensorCores
+  (``hw`` is the chip) gets that share of the chip's FLOP/s, memory and bandwidths."""
+  share = size.cores_per_chip if TPU_KINDS.get(size.device_kind) == hw.name else 1
+  if share > 1:
+    hw = dataclasses.replace(
+        hw, name=f"{hw.name} (1 of {share} cores)", peak_flops=hw.peak_flops / share,
+        memory=hw.memory / share, hbm_bw=hw.hbm_bw / share, link_bw=hw.link_bw / share)
   compute = size.hlo.matmul_flops / (hw.peak_flops * mfu)
   temp = size.memory.get("temp", 0)
   hbm = (3 * size.state_bytes + 2 * temp) / hw.hbm_bw

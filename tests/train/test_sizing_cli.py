@@ -43,3 +43,27 @@ def test_bad_overrides_name_the_field(bad, says):
   cli, config = _race()
   with pytest.raises(SystemExit, match=says):
     cli.apply_overrides(config, [bad])
+
+
+def test_a_tensorcore_device_gets_its_share_of_the_chip():
+  """A v4 topology compiles per TensorCore (2 devices a chip): the projection gives each device
+  half the chip's FLOP/s, memory and bandwidths, so a step that needs 20 GiB a device does not
+  "fit" a 32 GiB chip; GPUs and one-core chips are unchanged."""
+  import dataclasses
+  from poi_jax.train import hlo_stats, sizing
+  stats = hlo_stats.analyze("HloModule m\n\nENTRY %e () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}\n")
+  stats = dataclasses.replace(stats, matmul_flops=1e12)
+  size = sizing.StepSize(
+      devices=8, device_kind="TPU v4", mesh=(1, 8, 1), batch={}, tokens=0, params=0,
+      matmul_params=0, state_bytes=0, state_bytes_total=0, large_replicated=[],
+      memory={"total": 20 * 2**30, "temp": 0}, cost_flops=None, cost_optimal_seconds=None,
+      hlo=stats, estimate_flops=1.0, attention="xla", compile_seconds=0.0, encoder={},
+      cores_per_chip=2)
+  v4 = sizing.HARDWARE["v4"]
+  p = sizing.project(size, v4, 0.5)
+  assert p.hardware.memory == v4.memory / 2 and not p.fits
+  assert p.compute_s == pytest.approx(1e12 / (v4.peak_flops / 2 * 0.5))
+  whole = sizing.project(dataclasses.replace(size, cores_per_chip=1), v4, 0.5)
+  assert whole.fits and whole.compute_s == pytest.approx(p.compute_s / 2)
+  h100 = sizing.project(size, sizing.HARDWARE["H100"], 0.5)  # not the devices' kind: unchanged
+  assert h100.hardware.memory == sizing.HARDWARE["H100"].memory

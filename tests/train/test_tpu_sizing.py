@@ -88,6 +88,9 @@ PAIRS = [pytest.param(topology, case, id=f"{topology}-{case}",
 def test_training_step_compiles_for_a_tpu_slice(request, topology, case):
   r = _case(request, topology, case)
   assert r["kind"].startswith("TPU v5" if topology.startswith("v5e") else "TPU v4"), r
+  # v4 topologies expose each chip's 2 TensorCores as devices: each gets half a chip's 32 GiB
+  assert (r["cores_per_chip"], r["hbm"]) == ((1, 16e9) if topology.startswith("v5e")
+                                             else (2, 16 * 2**30)), r
   assert r["attention"] != "cpu_kernel", r
   assert not [t for t in r["custom_calls"] if "cpu" in t.lower()], r
   assert r["replicated"] == [], r

@@ -65,7 +65,9 @@ def main(topology: str, specs: list[str]) -> None:
     config = sizing.sizing_config(config, (1, len(devices), 1))
     size = sizing.size_step(config, devices)
     print(json.dumps({
-        "case": spec, "kind": size.device_kind, "hbm": hw.memory, "total": size.memory["total"],
+        "case": spec, "kind": size.device_kind, "cores_per_chip": size.cores_per_chip,
+        # a device's memory: the chip's, or its share where each TensorCore is a device (v4)
+        "hbm": sizing.project(size, hw, 0.4).hardware.memory, "total": size.memory["total"],
         "flops": size.hlo.matmul_flops,
         "flops_once": size.hlo.matmul_flops_once, "cost_flops": size.cost_flops,
         "estimate": size.estimate_flops, "attention": size.attention,
