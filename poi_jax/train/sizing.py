@@ -277,7 +277,8 @@ def size_step(config: ml_collections.ConfigDict, devices: Sequence | None = None
 
 def cores_per_chip(devices: Sequence) -> int:
   """How many devices share a chip: the distinct ``core_on_chip`` of a TPU slice's devices (2
-  for v4 and v5p topologies compiled per TensorCore, 1 for v5e, v6e, GPUs and CPUs)."""
+  for v4 topologies, which expose each TensorCore; 1 for v5e, v5p, v6e, GPUs and CPUs, as
+  libtpu 0.0.42 describes them)."""
   cores = {getattr(d, "core_on_chip", 0) for d in devices}
   return max(1, len(cores))
 
