@@ -6,8 +6,9 @@
 #   bash experiments/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
 #
 # MEASUREMENT: qopn (QOPN vs sliding window), dream1 (plain encoder, POI-Net without POS),
-# dream2 (POI-Net, DUMA), squad2 (plain encoder, POI-Net without POS, POI-Net), nq (graph
-# layers 0 vs 2). `run` writes workdir-ablations/<name>/ and packs the small result files
+# dream2 (POI-Net, DUMA), dream (the DREAM claims' three cells at once: dream1's plain encoder
+# and dream2's two, into their work directories; 5 seeds in 9 minutes of an H200), squad2 (plain
+# encoder, POI-Net without POS, POI-Net), nq (graph layers 0 vs 2). `run` writes workdir-ablations/<name>/ and packs the small result files
 # (tables, eval_results.json, DONE.json, logs, configs) into $OUT/<MEASUREMENT>.tgz (or
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
@@ -18,7 +19,7 @@
 # articles whose answer needs two segments no window sees together; data generated here, seeded).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream1 dream2 squad2 nq squad1cpu probe}
+what=${2:?measurement: qopn dream dream1 dream2 squad2 nq squad1cpu probe}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -41,7 +42,7 @@ if [ "$cmd" = carry ]; then
   rm -rf .carry && mkdir -p .carry /tmp/ablation-data
   wheels
   case $what in
-    dream1|dream2)
+    dream|dream1|dream2)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
       python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
@@ -60,6 +61,14 @@ if [ "$cmd" = carry ]; then
   du -sh .carry; du -sh --exclude=.git --exclude=.carry . ; exit 0
 fi
 
+measure_dream() {  # CELLS... into $W/$what, every run of them at once
+  $RUN --config=configs/dream.py:minilm "$@" --parallel=$(( ${SEEDS:-3} * $# / 2 )) \
+    --metrics=accuracy --workdir=$W/$what -- --config.model.init_from=$MINILM \
+    --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
+    --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
+    --config.train.batch_size=16 --config.optim.lr=5e-5 $ONCE
+}
+
 measure() {
 case $what in
   qopn)  # tests/slow/test_qopn_vs_sliding_window.py: lr 1e-4, 10 epochs, 256-token windows
@@ -75,7 +84,13 @@ case $what in
       --config.data.train_file=$DATA/qopn/squad-train.json \
       --config.data.eval_file=$DATA/qopn/squad-dev.json & window=$!
     wait $qopn; local a=$?; wait $window; return $(( a || $? )) ;;
-  dream1|dream2)  # tests/slow/test_real_results.py: all 6,116 train q -> dev, 3 epochs
+  dream1|dream2|dream)  # tests/slow/test_real_results.py: all 6,116 train q -> dev, 3 epochs
+    if [ $what = dream ]; then  # the claims' cells, 2 + 1 ablation runners sharing the device
+      what=dream1 measure_dream --cell "model.head=none model.pos_embedding=false" & local one=$!
+      what=dream2 measure_dream --cell "model.head=poi model.pos_embedding=true" \
+        --cell "model.head=duma model.pos_embedding=false" & local two=$!
+      wait $one; local a=$?; wait $two; return $(( a || $? ))
+    fi
     if [ $what = dream1 ]; then
       CELLS=(--cell "model.head=none model.pos_embedding=false"
              --cell "model.head=poi model.pos_embedding=false")
@@ -83,11 +98,7 @@ case $what in
       CELLS=(--cell "model.head=poi model.pos_embedding=true"
              --cell "model.head=duma model.pos_embedding=false")
     fi
-    $RUN --config=configs/dream.py:minilm "${CELLS[@]}" --parallel=6 --metrics=accuracy \
-      --workdir=$W/$what -- --config.model.init_from=$MINILM \
-      --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
-      --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
-      --config.train.batch_size=16 --config.optim.lr=5e-5 $ONCE ;;
+    measure_dream "${CELLS[@]}" ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=false" \
