@@ -383,7 +383,11 @@ def warm_up(reader, max_batch: int) -> None:
   ``max_batch`` rows, each length bucket; explained: one row), so that no plain request waits
   for a compilation."""
   from poi_jax.data.records import ChoiceExample, SquadExample
-  size, sizes = 1, []
+  sizes = sorted({min(1 << k, max_batch, reader.batch_size)
+                  for k in range(max(max_batch, 1).bit_length() + 1)})
+  if reader.is_extractive and len(reader.buckets) > 1:  # every bucket x size, compiled side by
+    reader.compile_shapes(sizes, explain_rows=(1,))  # side first; the calls below then hit them
+  size = 1
   while True:
     n = min(size, max_batch)
     if reader.is_extractive:
@@ -396,9 +400,6 @@ def warm_up(reader, max_batch: int) -> None:
       opts = ["yes", "no"]  # other option counts compile on first use
       reader.choose_records([ChoiceExample(str(i), "A warm-up passage.", "What is it?", opts, 0,
                                            "<warmup>") for i in range(n)])
-    sizes.append(min(n, reader.batch_size))
     if n >= max_batch:
       break
     size *= 2
-  if reader.is_extractive and len(reader.buckets) > 1:  # the longer buckets (the warm-up
-    reader.compile_shapes(sorted(set(sizes)), explain_rows=(1,))  # passage is short)
