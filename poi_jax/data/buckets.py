@@ -24,10 +24,9 @@ prediction never depends on how much its window was padded.
   of (seed, batch index, lengths): every process computes the same plan, hence the same bucket
   at the same step, and reads only its rows.
 
-``data.length_buckets``: ``auto`` (`AUTO_FRACTIONS` of ``max_seq_length``, the eighths
-above 256 tokens), ``off`` (one
-bucket, ``max_seq_length``: today's shapes, untouched batches) or a list such as ``128,256,384``
-(``max_seq_length`` is always the last bucket).
+``data.length_buckets``: ``auto`` (`AUTO_FRACTIONS` of ``max_seq_length``, the eighths above 256
+tokens), ``off`` (one bucket, ``max_seq_length``: today's shapes, untouched batches) or a list
+such as ``128,256,384`` (``max_seq_length`` is always the last bucket).
 """
 from __future__ import annotations
 
@@ -40,7 +39,8 @@ import numpy as np
 # the lengths between, so never more padding than the quarters). Chosen from the padding share
 # and the speed they give on the SQuAD sample (bench/buckets.py, bench/reader_vs_hf.py;
 # docs/performance.md "Length buckets"): at 384 the quarters leave a quarter of the computed
-# positions padding, and the Reader 1.3x HuggingFace's pipeline where the eighths give 1.5x.
+# positions padding (the eighths: a tenth), and the Reader runs 1.25x HuggingFace's pipeline
+# with the quarters, 1.48x with the eighths.
 AUTO_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 AUTO_FINE_FRACTIONS = tuple(k / 8 for k in range(1, 9))
 AUTO_FINE_ABOVE = 256
