@@ -46,6 +46,10 @@ _ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed calls per way (alternating)."
 _SETS = flags.DEFINE_list("sets", ["off", "auto"],
                            "The Reader's data.length_buckets ways: off, auto, or every:N (buckets "
                            "N, 2N, ... up to --length).")
+_YNNPACK = flags.DEFINE_bool("cpu_forward_ynnpack", False,
+                             "Compile the Reader's forward with XLA's default YNNPACK fusions "
+                             "(runtime.cpu_forward_ynnpack; the Reader's default before "
+                             "2026-11-26: bench/forward_fusion.py compares the two side by side).")
 _HF_PATH = flags.DEFINE_string("hf_path", "/tmp/hf-peer", "Directory holding transformers 4.x.")
 _CHILD = flags.DEFINE_string("hf_child", "", "Internal: run the HF side on this job file.")
 
@@ -125,7 +129,7 @@ def main(argv):
   if not (pathlib.Path(_HF_PATH.value) / "transformers").is_dir():
     raise SystemExit(f"no transformers under --hf_path={_HF_PATH.value}: install the peer first "
                      f"(this file's docstring)")
-  runtime.configure({"cpu_malloc": "system"})
+  runtime.configure({"cpu_malloc": "system", "cpu_forward_ynnpack": _YNNPACK.value})
   length, stride, batch = _LENGTH.value, _STRIDE.value, _BATCH.value
   ckpt = encoders.resolve_checkpoint("minilm")
 
@@ -152,7 +156,6 @@ def main(argv):
   computed = {spec: sum(len(idx) * L for idx, L in
                         buckets.sorted_batches(lengths, batch, ours[spec].buckets))
               for spec in sets}
-  windows = dict.fromkeys(sets, n_windows)
 
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="reader-vs-hf-"))
   np.savez(tmp / "head.npz", **head)
@@ -171,7 +174,7 @@ def main(argv):
       raise SystemExit(f"the HF child failed:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     hf_info.update(out)
-    computed["hf"], windows["hf"] = out["tokens"], out["windows"]
+    computed["hf"] = out["tokens"]
     return out["seconds"], out["answers"]
 
   def run_ours(spec):
@@ -192,9 +195,11 @@ def main(argv):
           for spec in sets}
 
   print(f"device: {jax.devices()[0].device_kind}, {os.cpu_count()} cores ({hf_info['threads']} "
-        f"torch threads); {hf_info['versions']}; jax {jax.__version__}")
+        f"torch threads); {hf_info['versions']}; jax {jax.__version__}; the Reader's forward "
+        f"options: {runtime.forward_compiler_options()}")
   print(f"{len(records)} questions of the SQuAD 2.0 sample, {n_windows} windows of {length} "
-        f"tokens (stride {stride}), {int(lengths.sum()):,} real tokens; batches of {batch}; "
+        f"tokens (stride {stride}; the pipeline's: {hf_info['windows']}), {int(lengths.sum()):,} real "
+        f"tokens; batches of {batch}; "
         f"best of {_ROUNDS.value}")
   print(f"\n{'way':<36} {'q/s':>7} {'x HF':>6} {'x off':>6} {'tokens computed':>16} "
         f"{'shapes':>6} {'answers = off':>13}  buckets")

@@ -2,7 +2,7 @@
 
 ``configure(config.runtime)`` is called by `poi_jax.main`, `poi_jax.inference.reader.Reader.load`
 and the benchmarks in ``bench/``; importing a module of poi_jax changes nothing (tests/test_layout.py).
-A library user who builds the engine's pieces directly calls it once, first thing. Three knobs:
+A library user who builds the engine's pieces directly calls it once, first thing. The knobs:
 
 * ``compilation_cache_dir``: JAX's persistent compilation cache, so that a second run (a second
   quickstart, ``--mode=eval`` after ``train``, each test that builds the same step) loads the
@@ -26,6 +26,16 @@ A library user who builds the engine's pieces directly calls it once, first thin
   faults a step, no retained memory; on the 2-core machine it was slower, not faster.)
 * ``xla_cpu_flags``: XLA flags added to ``$XLA_FLAGS`` for CPU-only runs (``JAX_PLATFORMS=cpu``
   or no accelerator found), before the backend starts; a flag already in ``$XLA_FLAGS`` wins.
+* ``cpu_forward_ynnpack``: whether forward-only programs on a CPU (the engine's predict step:
+  evaluation and the predict CLI; the `Reader` and the server) keep XLA's YNNPACK fusions.
+  ``False`` (default): they are compiled with `FORWARD_CPU_COMPILER_OPTIONS`, per program, so the
+  training step keeps XLA's defaults. Why: with YNNPACK on, XLA's CPU compiler fuses a whole
+  encoder layer's inference (attention output, feed-forward, both layer norms and the next
+  layer's query/key/value projections) into one YNNPACK fusion, slower than its matmuls run
+  alone; without it the MiniLM forward is 1.2-1.3x faster at 128-384 tokens on the 2-core CPU
+  (AMD EPYC, jaxlib 0.10.2; ``bench/forward_fusion.py``), the logits equal to 3e-6. The
+  training step (forward + backward) gains nothing (``bench/cpu_ab.py``), so it keeps the
+  default. A jaxlib without the option compiles with XLA's defaults (checked once).
 
 The settings apply once, to the process: a second `configure` with other values only changes the
 cache directory (JAX's config) and says nothing about the rest.
@@ -34,6 +44,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import logging
 import os
 import sys
 
@@ -46,6 +58,10 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 
 _applied: dict[str, object] = {}
 
+# XLA debug options for forward-only programs on a CPU (``cpu_forward_ynnpack=False``): no
+# YNNPACK fusions: dots and elementwise ops take XLA's other CPU paths.
+FORWARD_CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
 
 def defaults() -> ml_collections.ConfigDict:
   """The runtime section of `poi_jax/config/base.py` (for configs written before it existed)."""
@@ -53,6 +69,7 @@ def defaults() -> ml_collections.ConfigDict:
   c.compilation_cache_dir = ""
   c.cpu_malloc = "system"
   c.xla_cpu_flags = ""
+  c.cpu_forward_ynnpack = False
   return c
 
 
@@ -142,7 +159,34 @@ def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[s
       _applied["cpu_malloc"] = "system"
     if settings.xla_cpu_flags and cpu_only():
       _applied["xla_flags"] = add_xla_flags(settings.xla_cpu_flags)
+    _applied["cpu_forward_ynnpack"] = bool(settings.cpu_forward_ynnpack)
   directory = resolve_cache_dir(settings.compilation_cache_dir)
   enable_compilation_cache(directory)
   _applied["compilation_cache_dir"] = directory
   return dict(_applied)
+
+
+@functools.cache
+def _compiler_accepts(options: tuple[tuple[str, str], ...]) -> bool:
+  """Whether this jaxlib's CPU compiler knows ``options`` (a tiny program compiled once)."""
+  import jax
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=dict(options)).lower(
+        jax.ShapeDtypeStruct((2,), "float32")).compile()
+  except Exception as e:  # an unknown option name or value: keep XLA's defaults
+    logging.warning("XLA options %s not accepted by this jaxlib (%s): forward programs keep "
+                    "XLA's default fusions", dict(options), str(e).splitlines()[0][:200])
+    return False
+  return True
+
+
+def forward_compiler_options(platform: str | None = None) -> dict[str, str] | None:
+  """``compiler_options`` for a forward-only ``jax.jit`` (predict step, Reader) on ``platform``
+  (default: JAX's default backend): `FORWARD_CPU_COMPILER_OPTIONS` on a CPU unless
+  ``runtime.cpu_forward_ynnpack`` was set (module docstring); None elsewhere."""
+  import jax
+  platform = platform or jax.default_backend()
+  if platform != "cpu" or _applied.get("cpu_forward_ynnpack", False):
+    return None
+  options = tuple(sorted(FORWARD_CPU_COMPILER_OPTIONS.items()))
+  return dict(options) if _compiler_accepts(options) else None

@@ -208,6 +208,26 @@ def test_length_buckets_give_the_answers_of_full_length_batches(squad_reader, sq
   assert on.compiled_shapes > off.compiled_shapes
 
 
+def test_forward_options_keep_the_outputs_of_xla_defaults(squad_reader, squad_records):
+  """On a CPU the Reader compiles its forward without XLA's YNNPACK fusions
+  (poi_jax/runtime.py); its logits are those of the same forward under XLA's defaults."""
+  import jax
+  from flax import nnx
+
+  from poi_jax import runtime
+  assert runtime.forward_compiler_options() == runtime.FORWARD_CPU_COMPILER_OPTIONS
+  features = squad_reader.featurize(squad_records[:8])
+  batch = dict(squad_reader.task.model_arrays(features.arrays))
+  batch["example_mask"] = np.ones(len(batch["input_ids"]), np.float32)
+  graphdef, state = nnx.split(squad_reader.model)
+  defaults = jax.jit(lambda s, b: nnx.merge(graphdef, s)(b, deterministic=True))
+  want = jax.device_get(defaults(state, batch))
+  got = jax.device_get(squad_reader._forward(squad_reader._state, batch))
+  assert set(got) == set(want)
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], atol=1e-5, err_msg=k)
+
+
 def test_length_buckets_are_overridden_at_load(squad_run):
   # The server's and predict's --length_buckets: the run's config says auto (32, 64, 96, 128).
   assert Reader.load(squad_run, length_buckets="off").buckets == (128,)

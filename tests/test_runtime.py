@@ -107,3 +107,19 @@ def test_cpu_flags_are_for_cpu_only_runs(monkeypatch):
   assert not runtime.cpu_only()
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   assert runtime.cpu_only()
+
+
+def test_forward_options_are_for_cpu_forward_programs_unless_ynnpack_is_kept(monkeypatch):
+  monkeypatch.setattr(runtime, "_applied", {})  # configure() not called: the default
+  assert runtime.forward_compiler_options("cpu") == runtime.FORWARD_CPU_COMPILER_OPTIONS
+  assert runtime.forward_compiler_options("gpu") is None
+  assert runtime.forward_compiler_options("tpu") is None
+  monkeypatch.setattr(runtime, "_applied", {"cpu_forward_ynnpack": True})
+  assert runtime.forward_compiler_options("cpu") is None
+
+
+def test_an_option_this_jaxlib_lacks_keeps_xla_defaults(caplog):
+  assert runtime._compiler_accepts(tuple(runtime.FORWARD_CPU_COMPILER_OPTIONS.items()))
+  with caplog.at_level("WARNING"):
+    assert not runtime._compiler_accepts((("xla_cpu_no_such_option_anywhere", "1"),))
+  assert "xla_cpu_no_such_option_anywhere" in caplog.text

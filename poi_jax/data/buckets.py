@@ -40,7 +40,8 @@ import numpy as np
 # and the speed they give on the SQuAD sample (bench/buckets.py, bench/reader_vs_hf.py;
 # docs/performance.md "Length buckets"): at 384 the quarters leave a quarter of the computed
 # positions padding (the eighths: a tenth), and the Reader runs 1.25x HuggingFace's pipeline
-# with the quarters, 1.48x with the eighths.
+# with the quarters, 1.48x with the eighths (1.94x since its forward compiles without XLA's
+# YNNPACK fusions: poi_jax/runtime.py).
 AUTO_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 AUTO_FINE_FRACTIONS = tuple(k / 8 for k in range(1, 9))
 AUTO_FINE_ABOVE = 256

@@ -154,13 +154,15 @@ class Reader:
     self.step, self.null_threshold, self.batch_size = step, float(null_threshold), batch_size
     self.passages = PassageCache(passage_cache)
     graphdef, self._state = nnx.split(model)
-    # Pure function of (state, batch): one compilation per batch shape, the state not baked in.
+    # Pure function of (state, batch): one compilation per batch shape, the state not baked in;
+    # on a CPU without XLA's YNNPACK fusions, as the engine's predict step (poi_jax/runtime.py).
+    options = runtime.forward_compiler_options()
     self._forward = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
-        batch, deterministic=True))
+        batch, deterministic=True), compiler_options=options)
     # explain=True: the same call, also returning the co-attention's per-token scores (a
     # separate function, so that plain answers keep the engine's exact computation).
     self._forward_scores = jax.jit(lambda state, batch: nnx.merge(graphdef, state)(
-        batch, deterministic=True, with_scores=True))
+        batch, deterministic=True, with_scores=True), compiler_options=options)
 
   @classmethod
   def load(cls, path: str, *, step: int | None = None, null_threshold: float | None = None,

@@ -383,13 +383,13 @@ def warm_up(reader, max_batch: int) -> None:
   ``max_batch`` rows, each length bucket; explained: one row), so that no plain request waits
   for a compilation."""
   from poi_jax.data.records import ChoiceExample, SquadExample
-  sizes = sorted({min(1 << k, max_batch, reader.batch_size)
-                  for k in range(max(max_batch, 1).bit_length() + 1)})
+  # The worker's requests hold 1, 2, 4, ... max_batch questions; the Reader pads a call's rows to
+  # a power of two, at most its batch size (Reader._predict).
+  requests = sorted({min(1 << k, max_batch) for k in range(max(max_batch, 1).bit_length() + 1)})
+  sizes = sorted({min(reader.batch_size, 1 << (n - 1).bit_length()) for n in requests})
   if reader.is_extractive and len(reader.buckets) > 1:  # every bucket x size, compiled side by
     reader.compile_shapes(sizes, explain_rows=(1,))  # side first; the calls below then hit them
-  size = 1
-  while True:
-    n = min(size, max_batch)
+  for n in requests:
     if reader.is_extractive:
       recs = [SquadExample(str(i), "What is this?", "This is a warm-up passage.", [], False, [],
                            "", "<warmup>") for i in range(n)]
@@ -400,6 +400,3 @@ def warm_up(reader, max_batch: int) -> None:
       opts = ["yes", "no"]  # other option counts compile on first use
       reader.choose_records([ChoiceExample(str(i), "A warm-up passage.", "What is it?", opts, 0,
                                            "<warmup>") for i in range(n)])
-    if n >= max_batch:
-      break
-    size *= 2

@@ -1,0 +1,120 @@
+r"""The forward pass with and without XLA's YNNPACK fusions on a CPU, beside PyTorch, in one run.
+
+  python bench/forward_fusion.py                             # MiniLM, 32 windows of 128/256/384
+  python bench/forward_fusion.py --head=poi --lengths=384 --rounds=5
+
+What it decides: ``runtime.cpu_forward_ynnpack`` (poi_jax/runtime.py). The same model (the
+offline all-MiniLM-L6-v2 weights, a span head drawn from seed 0; ``--head=poi`` adds POI-Net's
+co-attention) jitted twice in this process, once with XLA's defaults (YNNPACK fusions) and once
+with `poi_jax.runtime.FORWARD_CPU_COMPILER_OPTIONS` (what the engine's predict step and the
+Reader use by default), and, with ``--head=none``, transformers' PyTorch model in eager inference
+mode. The variants alternate call by call, ``--rounds`` times after a warm-up (which compiles);
+the fastest call of each is reported, as ms per batch and microseconds per token, with the
+ratios (> 1: faster than XLA's defaults, or than PyTorch), the first call's seconds (JAX: the
+compilation, with the persistent cache off) and the largest difference between the two JAX
+variants' logits. float32, every core.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from absl import app, flags
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/ and poi_jax/ of this checkout
+
+_LENGTHS = flags.DEFINE_list("lengths", ["128", "256", "384"], "Window lengths (tokens).")
+_BATCH = flags.DEFINE_integer("batch", 32, "Windows per call.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed calls per variant and length (alternating).")
+_HEAD = flags.DEFINE_enum("head", "none", ["none", "poi"],
+                          "none: the plain encoder's span head (and PyTorch beside it); poi: POI-Net.")
+
+
+def main(argv):
+  del argv
+  import jax
+  import numpy as np
+  from flax import nnx
+
+  from configs import squad1
+  from poi_jax import runtime, tasks
+
+  runtime.configure({"cpu_malloc": "system", "compilation_cache_dir": "none"})
+  config = squad1.get_config("minilm")
+  with config.unlocked():
+    config.model.head, config.model.pos_embedding = _HEAD.value, False
+  task = tasks.get_task("squad1")
+  model = task.build_model(config, nnx.Rngs(0))
+  task.load_pretrained(model, config.model.init_from)
+  graphdef, state = nnx.split(model)
+
+  def forward(s, b):
+    return nnx.merge(graphdef, s)(b, deterministic=True)
+
+  options = runtime.forward_compiler_options()
+  jax_ways = {"JAX, XLA defaults (YNNPACK fusions)": jax.jit(forward),
+              "JAX, forward options (default)": jax.jit(forward, compiler_options=options)}
+  torch_model = None
+  if _HEAD.value == "none":
+    try:
+      import torch
+      import transformers
+    except ImportError:
+      print("(no torch/transformers: PyTorch column left out)")
+    else:
+      from poi_jax.models import encoders
+      torch_model = transformers.AutoModelForQuestionAnswering.from_pretrained(
+          str(encoders.resolve_checkpoint(config.model.init_from))).eval()
+
+  b, rng = _BATCH.value, np.random.default_rng(0)
+  rows = []
+  for length in [int(x) for x in _LENGTHS.value]:
+    real = rng.integers(length // 2, length + 1, b)  # windows of several lengths, padded
+    mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
+    batch = {"input_ids": rng.integers(1000, 30000, (b, length)).astype(np.int32) * mask,
+             "attention_mask": mask, "token_type_ids": np.zeros((b, length), np.int32),
+             "con_start": np.full(b, 16, np.int32), "con_end": (real - 2).astype(np.int32),
+             "example_mask": np.ones(b, np.float32)}
+    calls = {name: (lambda f=f: jax.block_until_ready(f(state, batch)))
+             for name, f in jax_ways.items()}
+    if torch_model is not None:
+      tb = {k: torch.from_numpy(batch[k]).long()
+            for k in ("input_ids", "attention_mask", "token_type_ids")}
+
+      def torch_call(tb=tb):
+        with torch.inference_mode():
+          return torch_model(**tb)
+      calls["PyTorch eager (transformers)"] = torch_call
+    outs, first = {}, {}
+    for name, call in calls.items():  # warm-up: the first call compiles
+      t = time.perf_counter()
+      outs[name] = call()
+      first[name] = time.perf_counter() - t
+    a, c = (jax.device_get(outs[n]) for n in jax_ways)
+    diff = max(float(np.abs(np.where(np.isfinite(a[k]), a[k] - c[k], 0)).max()) for k in a)
+    times = {name: [] for name in calls}
+    for _ in range(_ROUNDS.value):
+      for name, call in calls.items():
+        t = time.perf_counter()
+        call()
+        times[name].append(time.perf_counter() - t)
+    rows.append((length, {k: min(v) for k, v in times.items()}, first, diff))
+
+  print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}; MiniLM, head "
+        f"{_HEAD.value}, {b} windows a call, float32; fastest of {_ROUNDS.value} alternating "
+        f"calls; forward options {options}")
+  default, ours = list(jax_ways)
+  print(f"\n{'length':>6}  {'variant':<36} {'ms/call':>8} {'us/token':>9} {'x defaults':>10} "
+        f"{'x PyTorch':>9} {'1st call s':>10}  max |logit diff|")
+  for length, best, first, diff in rows:
+    for name, sec in best.items():
+      vs_torch = (f"{best['PyTorch eager (transformers)'] / sec:>8.2f}x"
+                  if "PyTorch eager (transformers)" in best else f"{'':>9}")
+      print(f"{length:>6}  {name:<36} {sec * 1e3:>8.1f} {sec * 1e6 / (b * length):>9.1f} "
+            f"{best[default] / sec:>9.2f}x {vs_torch} {first[name]:>10.1f}  "
+            f"{f'{diff:.1e}' if name == ours else ''}")
+
+
+if __name__ == "__main__":
+  app.run(main)
