@@ -9,7 +9,7 @@
 # dream2 (POI-Net, DUMA), dream (the DREAM claims' three cells at once: dream1's plain encoder
 # and dream2's two, into their work directories; 5 seeds in 9 minutes of an H200), squad2 (plain
 # encoder, POI-Net without POS, POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
-# probe's QOPN, both block styles, and window cells, 10 epochs). `run` writes workdir-ablations/<name>/ and packs the small result files
+# probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes workdir-ablations/<name>/ and packs the small result files
 # (tables, eval_results.json, DONE.json, logs, configs) into $OUT/<MEASUREMENT>.tgz (or
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
@@ -52,11 +52,15 @@ if [ "$cmd" = carry ]; then
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data squad2 qopn
       python3 experiments/pack_minilm.py pack --data="$SHARED/squad2/squad2-dev-subset.json" \
         --out=.carry/minilm.pack ;;
-    probe|probe10)  # the probe's articles, generated here (seeded), and the MiniLM rows they use
-      python3 experiments/long_context_probe.py --out=/tmp/ablation-data/probe-d3 --seed=100 \
-        --train=600 --eval=150 --segments=3 --distractors=3 --filler=5
-      tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data probe-d3
-      python3 experiments/pack_minilm.py pack --data=/tmp/ablation-data/probe-d3 \
+    probe|probe10)  # the probe's articles with 1, 3 and 5 distractors, generated here (seeded),
+      for d in 1 3 5; do  # and the MiniLM rows they use
+        python3 experiments/long_context_probe.py --out=/tmp/ablation-data/probe-d$d --seed=100 \
+          --train=600 --eval=150 --segments=3 --distractors=$d --filler=5
+      done
+      tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data -C /tmp/ablation-data probe-d1 probe-d3 \
+        probe-d5
+      python3 experiments/pack_minilm.py pack --data=/tmp/ablation-data/probe-d1 \
+        --data=/tmp/ablation-data/probe-d3 --data=/tmp/ablation-data/probe-d5 \
         --out=.carry/minilm.pack ;;
     nq)  # + spaCy (the sentencizer) and its dependencies: see docs/ablations.md
       python3 experiments/ablation_data.py --out=/tmp/ablation-data --only=nq
@@ -145,18 +149,20 @@ case $what in
       --config.data.doc_stride=64 --config.data.train_file=$P/squad-train.json \
       --config.data.eval_file=$P/squad-dev.json ;;
   probe10)  # the probe's data and cells, 10 epochs (the `qopn` measurement's): the GPU bundle's
-    # probe, declared 2026-11-26 after neither QOPN block style learned it in 2 epochs on the CPU
-    P=$DATA/probe-d3
+    # probe, declared 2026-11-26 after neither QOPN block style learned it in 2 epochs on the CPU;
+    # DISTRACTORS=1|3|5 (default 3; guessing 50%, 25%, 16.7%), into probe10-d<N>-{qopn,window}
+    local d=${DISTRACTORS:-3}
+    P=$DATA/probe-d$d
     [ -e $P/newsqa-dev.json ] || python3 experiments/long_context_probe.py --out=$P --seed=100 \
-      --train=600 --eval=150 --segments=3 --distractors=3 --filler=5
+      --train=600 --eval=150 --segments=3 --distractors=$d --filler=5
     COMMON="--config.model.init_from=$MINILM --config.train.max_steps=-1 --config.train.epochs=10
       --config.data.max_seq_length=128 --config.data.max_query_length=24 --config.optim.lr=1e-4 $ONCE"
     $RUN --config=configs/newsqa.py:minilm --cell "model.qopn.block_style=paper_residual" \
       --cell "model.qopn.block_style=transformer" --parallel=$(( ${SEEDS:-3} * 2 )) \
-      --metrics=exact_match,f1 --workdir=$W/probe10-qopn -- $COMMON \
+      --metrics=exact_match,f1 --workdir=$W/probe10-d$d-qopn -- $COMMON \
       --config.data.train_file=$P/newsqa-train.json --config.data.eval_file=$P/newsqa-dev.json & qopn=$!
     $RUN --config=configs/squad1.py:minilm --cell "model.head=none model.pos_embedding=false" \
-      --parallel=${SEEDS:-3} --metrics=exact_match,f1 --workdir=$W/probe10-window -- $COMMON \
+      --parallel=${SEEDS:-3} --metrics=exact_match,f1 --workdir=$W/probe10-d$d-window -- $COMMON \
       --config.data.doc_stride=64 --config.data.train_file=$P/squad-train.json \
       --config.data.eval_file=$P/squad-dev.json & window=$!
     wait $qopn; local a=$?; wait $window; return $(( a || $? )) ;;
