@@ -22,13 +22,15 @@ from pathlib import Path
 
 from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/ and poi_jax/ of this checkout
+# Run as a script: configs/ and poi_jax/ of this checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _LENGTHS = flags.DEFINE_list("lengths", ["128", "256", "384"], "Window lengths (tokens).")
 _BATCH = flags.DEFINE_integer("batch", 32, "Windows per call.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed calls per variant and length (alternating).")
 _HEAD = flags.DEFINE_enum("head", "none", ["none", "poi"],
-                          "none: the plain encoder's span head (and PyTorch beside it); poi: POI-Net.")
+                          "none: the plain encoder's span head (and PyTorch beside it); "
+                          "poi: POI-Net.")
 
 
 def main(argv):

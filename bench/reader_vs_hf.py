@@ -198,9 +198,8 @@ def main(argv):
         f"torch threads); {hf_info['versions']}; jax {jax.__version__}; the Reader's forward "
         f"options: {runtime.forward_compiler_options()}")
   print(f"{len(records)} questions of the SQuAD 2.0 sample, {n_windows} windows of {length} "
-        f"tokens (stride {stride}; the pipeline's: {hf_info['windows']}), {int(lengths.sum()):,} real "
-        f"tokens; batches of {batch}; "
-        f"best of {_ROUNDS.value}")
+        f"tokens (stride {stride}; the pipeline's: {hf_info['windows']}), "
+        f"{int(lengths.sum()):,} real tokens; batches of {batch}; best of {_ROUNDS.value}")
   print(f"\n{'way':<36} {'q/s':>7} {'x HF':>6} {'x off':>6} {'tokens computed':>16} "
         f"{'shapes':>6} {'answers = off':>13}  buckets")
   print(f"{'HF pipeline (PyTorch eager)':<36} {len(records) / best['hf']:>7.2f} {1:>5.2f}x "

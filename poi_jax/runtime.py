@@ -188,5 +188,5 @@ def forward_compiler_options(platform: str | None = None) -> dict[str, str] | No
   platform = platform or jax.default_backend()
   if platform != "cpu" or _applied.get("cpu_forward_ynnpack", False):
     return None
-  options = tuple(sorted(FORWARD_CPU_COMPILER_OPTIONS.items()))
+  options = tuple(FORWARD_CPU_COMPILER_OPTIONS.items())  # hashable: checked once per process
   return dict(options) if _compiler_accepts(options) else None
