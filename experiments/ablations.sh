@@ -17,7 +17,8 @@
 # CPU-scale measurements (run here, no carry; each run minutes on 2 cores; SEEDS=5 for five):
 # squad1cpu (the CPU quickstart's task, configs/squad1.py:minilm_cpu unchanged: plain encoder,
 # co-attention without POS, POI-Net) and probe (the long-context probe: QOPN vs a window on
-# articles whose answer needs two segments no window sees together; data generated here, seeded).
+# articles whose answer needs two segments no window sees together; data generated here, seeded;
+# DISTRACTORS=1|5 for the other counts, QOPN's default blocks and the window only).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
 what=${2:?measurement: qopn dream dream1 dream2 squad2 nq squad1cpu probe probe10}
@@ -132,20 +133,26 @@ case $what in
       --cell "model.head=poi model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=true" --parallel=1 \
       --metrics=exact_match,f1 --workdir=$W/squad1cpu -- $ONCE --config.runtime.cpu_malloc=system ;;
-  probe)  # 3 paragraphs, 3 distractors, facts >= 120 words apart; 600 articles -> 150
-    P=$DATA/probe-d3
+  probe)  # 3 paragraphs, 3 distractors, facts >= 120 words apart; 600 articles -> 150.
+    # DISTRACTORS=1|5 (declared 2026-11-26 before their runs; guessing 50%, 16.7%): the same
+    # settings into probe-d<N>-{qopn,window}, with QOPN's default blocks only (at 3 the
+    # transformer blocks scored as paper_residual did)
+    local d=${DISTRACTORS:-3} name=probe
+    [ "$d" = 3 ] || name=probe-d$d
+    P=$DATA/probe-d$d
     [ -e $P/newsqa-dev.json ] || python3 experiments/long_context_probe.py --out=$P --seed=100 \
-      --train=600 --eval=150 --segments=3 --distractors=3 --filler=5
+      --train=600 --eval=150 --segments=3 --distractors=$d --filler=5
     COMMON="--config.train.max_steps=-1 --config.train.epochs=2 --config.data.max_seq_length=128
       --config.data.max_query_length=24 --config.optim.lr=1e-4 $ONCE --config.runtime.cpu_malloc=system"
     # QOPN's default blocks, and (declared 2026-11-26 before any of its runs) the transformer
     # blocks that learn on the SQuAD-built articles (`qopn`), since paper_residual did not at seed 0
-    $RUN --config=configs/newsqa.py:minilm --cell "model.qopn.block_style=paper_residual" \
-      --cell "model.qopn.block_style=transformer" \
-      --parallel=1 --metrics=exact_match,f1 --workdir=$W/probe-qopn -- $COMMON \
+    local cells=(--cell "model.qopn.block_style=paper_residual")
+    [ "$d" = 3 ] && cells+=(--cell "model.qopn.block_style=transformer")
+    $RUN --config=configs/newsqa.py:minilm "${cells[@]}" \
+      --parallel=1 --metrics=exact_match,f1 --workdir=$W/$name-qopn -- $COMMON \
       --config.data.train_file=$P/newsqa-train.json --config.data.eval_file=$P/newsqa-dev.json
     $RUN --config=configs/squad1.py:minilm --cell "model.head=none model.pos_embedding=false" \
-      --parallel=1 --metrics=exact_match,f1 --workdir=$W/probe-window -- $COMMON \
+      --parallel=1 --metrics=exact_match,f1 --workdir=$W/$name-window -- $COMMON \
       --config.data.doc_stride=64 --config.data.train_file=$P/squad-train.json \
       --config.data.eval_file=$P/squad-dev.json ;;
   probe10)  # the probe's data and cells, 10 epochs (the `qopn` measurement's): the GPU bundle's
