@@ -22,6 +22,14 @@ measurement share seeds: same data order and initialisation of what they share),
 interval from the t distribution with n - 1 degrees of freedom (a paired t over seeds: the saved
 scores are per seed, not per question). Verdict: *consistent with the paper* when the interval is
 above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0.
+
+A claim may also name ``chance``: the score of guessing, in the metric's units (the long-context
+probe's: a window can only guess among the distractors, 100 / (distractors + 1) exact match). Its
+verdict then adds the component's own difference from guessing, with the same t interval over
+seeds (one sample), and *consistent with the paper* needs both intervals above 0: a component
+above its baseline but not above guessing is *not shown*. The probe's window can fall below
+guessing (it answers from windows that do not hold the answer), and QOPN beating that is not
+QOPN linking paragraphs.
 """
 from __future__ import annotations
 
@@ -53,6 +61,22 @@ def paired_interval(component: dict, ablation: dict, level: float = LEVEL):
   half = stats.t.ppf(0.5 + level / 2, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(
       len(diffs))
   return mean, mean - half, mean + half, len(diffs)
+
+
+def chance_interval(scores: dict, chance: float, level: float = LEVEL):
+  """``(mean - chance, lo, hi, n)`` over the seeds of ``scores`` (seed -> score): a one-sample t
+  interval of the difference from guessing; lo/hi are None with fewer than 2 seeds."""
+  return paired_interval(scores, {s: chance for s in scores}, level)
+
+
+def chance_verdict(lo, hi) -> str:
+  if lo is None:
+    return "not resolved (fewer than 2 seeds)"
+  if lo > 0:
+    return "above guessing"
+  if hi < 0:
+    return "below guessing"
+  return "not above guessing"
 
 
 def verdict(lo, hi) -> str:
@@ -125,10 +149,19 @@ def table(data: dict) -> str:
     mean, lo, hi, n = paired_interval(comp, abl)
     interval = (f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={n})" if lo is not None
                 else f"{mean:+.2f} (n={n})")
+    said = verdict(lo, hi)
+    if "chance" in c:  # the component against guessing as well (module docstring)
+      gain, glo, ghi, gn = chance_interval(comp, c["chance"])
+      above = chance_verdict(glo, ghi)
+      if said == "consistent with the paper" and above != "above guessing":
+        said = f"not shown: above the {c['ablation_label']}, not above guessing"
+      against = (f"{gain:+.2f} [{glo:+.2f}, {ghi:+.2f}]" if glo is not None else f"{gain:+.2f}")
+      said += (f"; {c['component_label']} vs guessing ({c['chance']:.1f}): {against} (n={gn}), "
+               f"{above}")
     lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | "
                  f"{c['component_label']}: {_mean_std(comp.values())} | "
                  f"{c['ablation_label']}: {_mean_std(abl.values())} | {interval} | "
-                 f"{verdict(lo, hi)} | `{m['command']}`, {m['device']}, {m['date']} |")
+                 f"{said} | `{m['command']}`, {m['device']}, {m['date']} |")
   return "\n".join(lines)
 
 

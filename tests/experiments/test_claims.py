@@ -29,6 +29,37 @@ def test_verdicts(lo, hi, want):
   assert claims.verdict(lo, hi) == want
 
 
+def test_chance_interval_and_verdicts():
+  # Scores 24, 25, 29 against guessing 25: differences -1, 0, 4, mean 1, sample sd sqrt(7).
+  gain, lo, hi, n = claims.chance_interval({"0": 24.0, "1": 25.0, "2": 29.0}, 25.0)
+  half = 4.302653 * math.sqrt(7) / math.sqrt(3)
+  assert (gain, n) == (1.0, 3)
+  assert lo == pytest.approx(1 - half, abs=1e-5) and hi == pytest.approx(1 + half, abs=1e-5)
+  assert claims.chance_verdict(lo, hi) == "not above guessing"
+  assert claims.chance_verdict(0.2, 3.0) == "above guessing"
+  assert claims.chance_verdict(-3.0, -0.2) == "below guessing"
+  assert claims.chance_verdict(None, None) == "not resolved (fewer than 2 seeds)"
+
+
+def test_a_claim_with_chance_says_both_verdicts():
+  # The component beats a baseline that falls below guessing, and is itself at guessing: the
+  # table must say both, not only "consistent with the paper".
+  data = {"claims": [{"id": "p", "claim": "c", "paper": "p", "setting": "s", "metric": "f1",
+                      "measurement": "m", "component": "a", "component_label": "QOPN",
+                      "ablation": "b", "ablation_label": "window", "chance": 25.0}],
+          "measurements": {"m": {"command": "x", "device": "d", "date": "t", "cells": {
+              "a": {"seeds": {"0": {"f1": 24.0}, "1": {"f1": 25.0}, "2": {"f1": 26.0}}},
+              "b": {"seeds": {"0": {"f1": 10.0}, "1": {"f1": 10.5}, "2": {"f1": 9.0}}}}}}}
+  row = claims.table(data).splitlines()[-1]
+  assert ("| not shown: above the window, not above guessing; QOPN vs guessing (25.0): +0.00 ["
+          in row)
+  assert "(n=3), not above guessing |" in row
+  # Above guessing too: the paper's claim holds on the probe.
+  data["measurements"]["m"]["cells"]["a"]["seeds"] = {"0": {"f1": 40.0}, "1": {"f1": 42.0},
+                                                      "2": {"f1": 41.0}}
+  assert "| consistent with the paper; QOPN vs guessing (25.0): +16.00 [" in claims.table(data)
+
+
 def _ablation(seeds, config="configs/squad2.py:minilm", extra=("--x=1",)):
   return {"config": config, "extra": list(extra), "metrics": ["f1"],
           "cells": [{"cell": "a", "overrides": [["model.head", "poi"]],
