@@ -32,7 +32,8 @@ relative ``--workdir``, so that the markers' commands match). SIGTERM stops the 
 
 Writes ``DIR/ablation.md`` and ``DIR/ablation.json`` (one row per cell: each metric's mean and
 sample standard deviation over the seeds that finished, the per-seed values, steps, wall time,
-and the log of each failed run), also after failures; exits 1 if any run failed.
+device and software versions (from the run's ``environment.json``), and the log of each failed
+run), also after failures; exits 1 if any run failed.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: experiments/ and poi_jax/ of this checkout
 
 from experiments import holdout as holdout_lib  # noqa: E402
+from poi_jax.train import environment  # noqa: E402  (formats a record; imports no JAX)
 
 DONE = "DONE.json"
 
@@ -70,6 +72,7 @@ class Run:
   status: str = "pending"  # pending | running | done | failed
   results: dict | None = None
   wall_s: float | None = None
+  environment: dict | None = None  # the run's environment.json (poi_jax.train.environment)
   proc: subprocess.Popen | None = None
   started: float = 0.0
 
@@ -192,6 +195,7 @@ def _check_marker(run: Run) -> None:
                      f"{shlex.join(marker.get('argv', []))}\nnot\n  {shlex.join(run.argv)}\n"
                      "use another --workdir (or delete that run directory)")
   run.status, run.results, run.wall_s = "done", marker["results"], marker["wall_s"]
+  run.environment = marker.get("environment")
 
 
 def _env(parallel: int) -> dict:
@@ -222,8 +226,10 @@ def _finish(run: Run) -> None:
     run.status = "failed"
     return
   run.status, run.results = "done", results
+  run.environment = _read_json(run.workdir / "environment.json")
   _write_atomic(run.workdir / DONE, json.dumps(
-      {"argv": run.argv, "wall_s": run.wall_s, "results": results}, indent=2))
+      {"argv": run.argv, "wall_s": run.wall_s, "results": results,
+       "environment": run.environment}, indent=2))
 
 
 def execute(runs: list[Run], parallel: int) -> None:
@@ -274,7 +280,8 @@ def summarise(runs: list[Run], metrics: list[str]) -> list[dict]:
     if run.status == "done":
       row["seeds"].append({"seed": run.seed, "step": run.results.get("step"),
                            "wall_s": round(run.wall_s, 1),
-                           **{m: run.results.get(m) for m in metrics}})
+                           **{m: run.results.get(m) for m in metrics},
+                           **_provenance(run.environment)})
     else:
       row["failed"].append({"seed": run.seed, "status": "failed" if run.status == "failed"
                             else "not run", "log": str(run.workdir / "log.txt")})
@@ -283,6 +290,14 @@ def summarise(runs: list[Run], metrics: list[str]) -> list[dict]:
       vals = [s[m] for s in row["seeds"] if isinstance(s[m], (int, float))]
       row[m] = dict(zip(("mean", "std"), _stats(vals)), values=vals)
   return list(rows.values())
+
+
+def _provenance(env: dict | None) -> dict:
+  """``{"device", "software"}`` of a finished run, from its environment.json (nothing for a run
+  whose engine wrote none: an older engine, or a stand-in in tests)."""
+  if not env:
+    return {}
+  return {"device": environment.device(env), "software": environment.software(env)}
 
 
 def _fmt(x, digits=2) -> str:

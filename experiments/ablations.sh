@@ -9,8 +9,9 @@
 # dream2 (POI-Net, DUMA), dream (the DREAM claims' three cells at once: dream1's plain encoder
 # and dream2's two, into their work directories; 5 seeds in 9 minutes of an H200), squad2 (plain
 # encoder, POI-Net without POS, POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
-# probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes workdir-ablations/<name>/ and packs the small result files
-# (tables, eval_results.json, DONE.json, logs, configs) into $OUT/<MEASUREMENT>.tgz (or
+# probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
+# workdir-ablations/<name>/ and packs the small result files (tables, eval_results.json,
+# DONE.json, logs, configs, environment.json, predictions.json) into $OUT/<MEASUREMENT>.tgz (or
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
 #
@@ -181,7 +182,8 @@ measure || status=$?
 if [ "$cmd" = run ]; then
   out=${OUT:-$W}
   find $W -name 'ablation.*' -o -name eval_results.json -o -name DONE.json -o -name log.txt \
-    -o -name config.json -o -name metrics.jsonl | tar -czf "$out/$what.tgz" -T -
+    -o -name config.json -o -name environment.json -o -name metrics.jsonl \
+    -o -name predictions.json | tar -czf "$out/$what.tgz" -T -
   echo "results: $out/$what.tgz"
 fi
 exit $status

@@ -1,9 +1,12 @@
 r"""The papers' claims as paired comparisons, with their per-seed scores kept in the repository.
 
   python experiments/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
-      --device="NVIDIA H100 80GB HBM3" --date=2026-11-25 --software="jax 0.11.2, flax 0.12.10" \
-      --command="bash experiments/ablations.sh run squad2"   # after a run: its rows into the file
+      --date=2026-11-25 --command="bash experiments/ablations.sh run squad2"  # a run's rows in
   python experiments/claims.py table                        # the claims table of docs/results.md
+
+``merge`` takes the device and the software versions from what the runs recorded (each run's
+``environment.json``, carried into ``ablation.json``); ``--device`` and ``--software`` give them
+for runs of an engine that recorded none.
 
 ``docs/claims.json`` holds two things:
 
@@ -113,8 +116,16 @@ def merge(data: dict, measurement: str, ablation: dict, *, command: str, device:
   for row in ablation["cells"]:
     cell = m["cells"].setdefault(row["cell"], {"overrides": row["overrides"], "seeds": {}})
     for run in row["seeds"]:  # finished runs only: {"seed", "step", "wall_s", <metrics>}
-      cell["seeds"][str(run["seed"])] = {k: v for k, v in run.items() if k != "seed"}
+      cell["seeds"][str(run["seed"])] = {k: v for k, v in run.items()
+                                         if k not in ("seed", "device", "software")}
   return data
+
+
+def recorded(ablation: dict, key: str) -> str | None:
+  """The ``device`` or ``software`` every finished run of ``ablation`` recorded (experiments/
+  ablation.py, from each run's environment.json), or None when runs lack it or disagree."""
+  values = {run.get(key) for row in ablation["cells"] for run in row["seeds"]}
+  return values.pop() if len(values) == 1 else None
 
 
 def _scores(data: dict, measurement: str, cell: str, metric: str) -> dict:
@@ -172,20 +183,26 @@ def main(argv: list[str]) -> int:
   p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
   p.add_argument("--ablation", help="merge: experiments/ablation.py's ablation.json")
   p.add_argument("--command", help="merge: the command that ran it")
-  p.add_argument("--device", help="merge: e.g. 'NVIDIA H100 80GB HBM3' or '2-core CPU'")
+  p.add_argument("--device", help="merge: e.g. 'NVIDIA H100 80GB HBM3' or '2-core CPU' "
+                 "(default: what the runs recorded)")
   p.add_argument("--date", help="merge: YYYY-MM-DD")
-  p.add_argument("--software", default="", help="merge: e.g. 'jax 0.11.2, flax 0.12.10'")
+  p.add_argument("--software", help="merge: e.g. 'jax 0.11.2, flax 0.12.10' (default: what the "
+                 "runs recorded)")
   args = p.parse_args(argv)
   path = pathlib.Path(args.claims)
   data = _load(path)
   if args.action == "table":
     print(table(data))
     return 0
-  missing = [k for k in ("measurement", "ablation", "command", "device", "date")
-             if not getattr(args, k)]
+  missing = [k for k in ("measurement", "ablation", "command", "date") if not getattr(args, k)]
   if missing:
     p.error("merge needs " + ", ".join(f"--{k}" for k in missing))
   ablation = json.loads(pathlib.Path(args.ablation).read_text())
+  args.device = args.device or recorded(ablation, "device")  # the runs' own record unless given
+  if not args.device:
+    p.error(f"{args.ablation}: its runs recorded no single device (an older engine, or runs on "
+            "several machines): give --device")
+  args.software = args.software or recorded(ablation, "software") or ""
   _write_atomic(path, merge(data, args.measurement, ablation, command=args.command,
                             device=args.device, date=args.date, software=args.software))
   print(f"{path}: {args.measurement} now holds "

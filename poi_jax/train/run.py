@@ -21,6 +21,7 @@ from poi_jax.data import pos
 from poi_jax.io import write_json_atomic
 from poi_jax.models import build, encoders
 from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.train import environment
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import optim
 from poi_jax.train import splits as splits_lib
@@ -179,12 +180,15 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   if mode in ("eval", "predict"):
     output_dir = output_dir_override or default_output_dir(config, workdir, mode, checkpointer)
   if jax.process_index() == 0:
+    env = environment.describe()
     if mode in ("train", "train_and_eval"):  # the run is accepted: record its config (eval and
       # predict write theirs with their results, in their own directory)
       write_json_atomic(os.path.join(workdir, "config.json"), config_dict(config),
                         sort_keys=True)
+      write_json_atomic(os.path.join(workdir, "environment.json"), env, sort_keys=True)
     print(f"task {config.task}; mesh {dict(mesh.shape)} over {jax.device_count()} devices, "
           f"{jax.process_count()} process(es); parameters {n_params:,}")
+    print(f"device {environment.device(env)}; {environment.software(env)}")
   logging.info("config:\n%s", config)
 
   train = evaluation = None

@@ -2,7 +2,8 @@
 intermediate ``eval_results.json`` (step 1), then the final one (step 2) with scores computed from
 the seed and the overrides, and appends its argv to ``<workdir>/calls.txt``. With
 ``STUB_FAIL=<substring>`` it exits 3 after the intermediate evaluation when an argument contains
-that substring (an interrupted or failed run)."""
+that substring (an interrupted or failed run). With ``STUB_ENVIRONMENT=<json>`` it writes that as the
+run's ``environment.json``."""
 import json
 import os
 import sys
@@ -23,6 +24,9 @@ def main(argv):
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:
       json.dump({"accuracy": value, "f1": value / 2, "step": step}, f)
 
+  if os.environ.get("STUB_ENVIRONMENT"):  # what the engine records (poi_jax.train.environment)
+    with open(os.path.join(workdir, "environment.json"), "w") as f:
+      f.write(os.environ["STUB_ENVIRONMENT"])
   write(1, -1.0)
   fail = os.environ.get("STUB_FAIL")
   if fail and any(fail in a for a in argv):

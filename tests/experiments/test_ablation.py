@@ -107,6 +107,41 @@ def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
                    "optim.lr=1", f"--workdir={tmp_path}", "--metrics=accuracy"])
 
 
+def test_runs_carry_their_device_and_software_to_the_claims(tmp_path, monkeypatch):
+  # The engine's environment.json -> DONE.json and ablation.json -> claims.py merge without
+  # --device / --software.
+  from experiments import claims
+  monkeypatch.chdir(ROOT)
+  env = {"device": "NVIDIA H100 80GB HBM3", "platform": "gpu", "device_count": 1,
+         "process_count": 1, "matmul_precision": "default",
+         "versions": {"python": "3.12.3", "jax": "0.11.2", "jaxlib": "0.11.2", "flax": "0.12.10"}}
+  monkeypatch.setenv("STUB_ENVIRONMENT", json.dumps(env))
+  work = tmp_path / "sweep"
+  assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
+                        "--seeds=2", f"--workdir={work}", "--metrics=accuracy",
+                        "--module=tests.experiments.stub_main"]) == 0
+  assert json.loads((work / "model.head-none/seed-1/DONE.json").read_text())["environment"] == env
+  seeds = json.loads((work / "ablation.json").read_text())["cells"][0]["seeds"]
+  assert {(s["device"], s["software"]) for s in seeds} == {(
+      "NVIDIA H100 80GB HBM3 x 1", "jax 0.11.2, jaxlib 0.11.2, flax 0.12.10; matmul precision "
+      "default")}
+  path = tmp_path / "claims.json"
+  assert claims.main(["merge", f"--claims={path}", "--measurement=m", "--command=c",
+                      f"--ablation={work / 'ablation.json'}", "--date=2026-11-26"]) == 0
+  m = json.loads(path.read_text())["measurements"]["m"]
+  assert m["device"] == "NVIDIA H100 80GB HBM3 x 1" and m["software"].startswith("jax 0.11.2,")
+  assert set(m["cells"]["model.head-none"]["seeds"]["0"]) == {"accuracy", "step", "wall_s"}
+  # Runs that recorded nothing (an older engine): the device must be given.
+  monkeypatch.delenv("STUB_ENVIRONMENT")
+  old = tmp_path / "old"
+  assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
+                        "--seeds=1", f"--workdir={old}", "--metrics=accuracy",
+                        "--module=tests.experiments.stub_main"]) == 0
+  with pytest.raises(SystemExit):
+    claims.main(["merge", f"--claims={path}", "--measurement=o", "--command=c",
+                 f"--ablation={old / 'ablation.json'}", "--date=2026-11-26"])
+
+
 def _squad(n_articles):
   return {"version": "v2.0", "data": [
       {"title": f"A{i}", "paragraphs": [{"context": "c", "qas": [{"id": f"{i}-{j}"}

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import jax
 import pytest
 
 from poi_jax.eval import squad as squad_metrics
@@ -52,6 +53,10 @@ def test_training_output_is_short_and_quiet(trained):
   # The first step compiles: no throughput for it; the others have one.
   assert "examples_per_s" not in train_rows[0]
   assert all("examples_per_s" in row for row in train_rows[1:])
+  # Where it ran, recorded beside the config (poi_jax.train.environment) and printed.
+  env = json.loads((work / "environment.json").read_text())
+  assert env["platform"] == "cpu" and env["versions"]["jax"] == jax.__version__
+  assert f"device {env['device']}; jax {jax.__version__}," in r.stdout
 
 
 def test_capped_eval_says_so_and_writes_its_gold_file(trained):
