@@ -5,10 +5,11 @@
 #   source experiments/device_setup.sh && bash experiments/ablations.sh run MEASUREMENT   # device
 #   bash experiments/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
 #
-# MEASUREMENT: qopn (QOPN vs sliding window), dream1 (plain encoder, POI-Net without POS),
-# dream2 (POI-Net, DUMA), dream (the DREAM claims' three cells at once: dream1's plain encoder
-# and dream2's two, into their work directories; 5 seeds in 9 minutes of an H200), squad2 (plain
-# encoder, POI-Net without POS, POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
+# MEASUREMENT: qopn (QOPN vs sliding window; BLOCKS=paper_residual: QOPN's default blocks
+# alone), dream1 (plain encoder, POI-Net without POS), dream2 (POI-Net, DUMA), dream (the DREAM
+# claims' three cells at once: dream1's plain encoder and dream2's two, into their work
+# directories; 5 seeds in 9 minutes of an H200), squad2 (plain encoder, POI-Net without POS,
+# POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
 # probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
 # workdir-ablations/<name>/ and packs the small result files (tables, eval_results.json,
 # DONE.json, logs, configs, environment.json, predictions.json) into $OUT/<MEASUREMENT>.tgz (or
@@ -87,10 +88,15 @@ case $what in
   qopn)  # tests/slow/test_qopn_vs_sliding_window.py: lr 1e-4, 10 epochs, 256-token windows
     COMMON="--config.model.init_from=$MINILM --config.train.epochs=10 --config.train.max_steps=-1
       --config.data.max_seq_length=256 --config.data.max_query_length=48 --config.optim.lr=1e-4 $ONCE"
-    $RUN --config=configs/newsqa.py:minilm --cell "model.qopn.block_style=transformer" \
-      --parallel=3 --metrics=exact_match,f1 --workdir=$W/qopn -- $COMMON \
-      --config.data.train_file=$DATA/qopn/newsqa-train.json \
+    # BLOCKS=paper_residual: QOPN's default blocks alone (3 runs; the window's seeds, measured
+    # once, pair with them by number), declared 2026-11-26 for the next GPU session.
+    local cells=()
+    for b in ${BLOCKS:-transformer}; do cells+=(--cell "model.qopn.block_style=$b"); done
+    $RUN --config=configs/newsqa.py:minilm "${cells[@]}" \
+      --parallel=$(( ${SEEDS:-3} * ${#cells[@]} / 2 )) --metrics=exact_match,f1 --workdir=$W/qopn -- \
+      $COMMON --config.data.train_file=$DATA/qopn/newsqa-train.json \
       --config.data.eval_file=$DATA/qopn/newsqa-dev.json & qopn=$!
+    if [ -n "${BLOCKS:-}" ]; then wait $qopn; return; fi
     $RUN --config=configs/squad1.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --parallel=3 --metrics=exact_match,f1 --workdir=$W/window -- $COMMON \
       --config.data.doc_stride=128 --config.train.batch_size=16 \
