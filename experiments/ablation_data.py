@@ -1,6 +1,7 @@
 """The slow suite's data sets as files, for `experiments/ablation.py` runs (docs/ablations.md).
 
   python experiments/ablation_data.py --out=DIR [--shared=../shared/data] [--only=squad2,qopn,nq]
+                                                                          # (or qopncpu)
 
 writes, from ../shared/data/squad2/squad2-dev-subset.json (12 Wikipedia articles), exactly what the
 slow tests build in their temporary directories:
@@ -9,6 +10,8 @@ slow tests build in their temporary directories:
 * ``qopn/{newsqa-train,newsqa-dev}.json`` and ``qopn/{squad-train,squad-dev}.json``: 6-paragraph
   long articles of articles 0-8 -> 9-11, answerable questions, in NewsQA and SQuAD v1.1 format
   (`tests/slow/test_qopn_vs_sliding_window.py`);
+* ``qopncpu/...``: the same four files of 2-paragraph articles, articles 0-6 -> 9-11: the CPU-sized
+  `qopn` (docs/ablations.md; chosen on a pilot that evaluated articles 7-8);
 * ``nq/{train,dev}.jsonl.gz``: synthetic NQ pages of articles 0-9 (400) -> 10-11 (80)
   (`tests/slow/test_nq_minilm.py`).
 
@@ -38,11 +41,14 @@ def write(out: pathlib.Path, shared: pathlib.Path, only: set[str]) -> list[str]:
       path = out / "squad2" / f"{name}.json"
       path.write_text(json.dumps({"version": "v2.0", "data": arts}))
       written.append(str(path))
-  if "qopn" in only:
-    d = out / "qopn"
+  for name, paragraphs, train_articles in (("qopn", 6, (0, 9)), ("qopncpu", 2, (0, 7))):
+    if name not in only:
+      continue
+    d = out / name
     d.mkdir(parents=True, exist_ok=True)
-    train = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(0, 9))
-    dev = qopn_fixtures.long_articles(squad, paragraphs_per_article=6, articles=(9, 12))
+    train = qopn_fixtures.long_articles(squad, paragraphs_per_article=paragraphs,
+                                        articles=train_articles)
+    dev = qopn_fixtures.long_articles(squad, paragraphs_per_article=paragraphs, articles=(9, 12))
     written += [qopn_fixtures.write_newsqa(d / "newsqa-train.json", train, "train"),
                 qopn_fixtures.write_newsqa(d / "newsqa-dev.json", dev, "dev"),
                 qopn_fixtures.write_nlquad(d / "squad-train.json", train),
