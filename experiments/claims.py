@@ -72,24 +72,21 @@ def chance_interval(scores: dict, chance: float, level: float = LEVEL):
   return paired_interval(scores, {s: chance for s in scores}, level)
 
 
-def chance_verdict(lo, hi) -> str:
+def _side(lo, hi, few: str, above: str, below: str, neither: str) -> str:
+  """Which side of 0 an interval ``[lo, hi]`` lies on, in the caller's words."""
   if lo is None:
-    return "not resolved (fewer than 2 seeds)"
-  if lo > 0:
-    return "above guessing"
-  if hi < 0:
-    return "below guessing"
-  return "not above guessing"
+    return few
+  return above if lo > 0 else below if hi < 0 else neither
+
+
+def chance_verdict(lo, hi) -> str:
+  return _side(lo, hi, "not resolved (fewer than 2 seeds)", "above guessing", "below guessing",
+               "not above guessing")
 
 
 def verdict(lo, hi) -> str:
-  if lo is None:
-    return "not resolved (fewer than 2 paired seeds)"
-  if lo > 0:
-    return "consistent with the paper"
-  if hi < 0:
-    return "opposite"
-  return "not resolved at this scale"
+  return _side(lo, hi, "not resolved (fewer than 2 paired seeds)", "consistent with the paper",
+               "opposite", "not resolved at this scale")
 
 
 def _load(path: pathlib.Path) -> dict:
