@@ -77,11 +77,15 @@ class PoiNetQA(nn.Module):
             F.cross_entropy(end, batch["end_positions"])) / 2
 
 
-def training_setup(shape: dict, head: str, batch_np: dict, device: str = "cpu"):
+def training_setup(shape: dict, head: str, batch_np: dict, device: str = "cpu",
+                   optimizer: str = "default"):
   """``(model, optimizer, batch)`` as every bench's PyTorch step builds them: `PoiNetQA` from
-  seed 0 on ``device``, AdamW (lr 1e-5, weight decay 0.01), the numpy batch as long tensors."""
+  seed 0 on ``device``, AdamW (lr 1e-5, weight decay 0.01), the numpy batch as long tensors.
+  ``optimizer``: ``default`` (PyTorch's own choice, the for-each kernels), ``fused`` (one fused
+  kernel for the whole update: what a PyTorch user tuning for speed picks; CPU and CUDA)."""
   torch.manual_seed(0)
   model = PoiNetQA(shape, head=head).to(device)
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+  kw = dict(fused=True) if optimizer == "fused" else {}
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, **kw)
   batch = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in batch_np.items()}
   return model, opt, batch

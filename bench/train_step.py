@@ -6,19 +6,25 @@ PyTorch on the same device, float32 and bfloat16 side by side in one run.
   python bench/train_step.py --shape=albert-xxlarge --seq=512 --batch=24 --remat=full \
       --compile_only                      # does it fit? (compiled memory estimate, no run)
   python bench/train_step.py --devices    # + the JAX step on 1 vs 8 simulated CPU devices
+  python bench/train_step.py --batch=32 --seq=384 --dtype=bfloat16 --steps=20 \
+      --torch_compile=default,max-autotune-no-cudagraphs --profile_dir=/tmp/prof   # a GPU
 
 Model: ``--shape`` encoder (random weights, dropout off) + ``--head=poi`` (POS table + the
 paper's co-attention, forgetting, 3 turns + span head) or ``--head=none`` (span head on the
 encoder: the difference is what POS + co-attention cost). One step = forward, backward, AdamW
 update. JAX: the engine's jitted step with donated state (`poi_jax.train.step.create_sharded_state`;
 ``--dtype=bfloat16``: bf16 compute, float32 parameters; ``--attention``, ``--remat``,
-``--scan``). PyTorch: transformers' model with SDPA attention (`bench/torch_poi.py`), eager,
-`torch.optim.AdamW`, TF32 on a GPU, ``torch.autocast(bfloat16)`` beside JAX's bf16.
+``--scan``). PyTorch, the same model (`bench/torch_poi.py`: transformers' BERT or ALBERT with SDPA
+attention), TF32 on a GPU, ``torch.autocast(bfloat16)`` beside JAX's bf16, in two forms: eager
+with the default `torch.optim.AdamW`, and ``torch.compile`` (``--torch_compile`` modes, default
+``default``) with the fused AdamW, the strongest step a PyTorch user gets for two lines.
 
 Columns: ms/step; examples/s; MFU = matmul FLOPs of the step / time / the device's bf16 dense
 peak (`PEAK_BF16_TFLOPS`; n/a on a CPU); memory = the compiled JAX step's footprint (arguments +
 outputs + temporaries, `Compiled.memory_analysis`, on any backend) and PyTorch's
-``max_memory_allocated`` (GPU only); speed = vs PyTorch in the same dtype.
+``max_memory_allocated`` (GPU only); warm-up s = tracing + compilation + first step, apart from
+the timed steps; vs eager / vs best torch = PyTorch eager's / the fastest PyTorch row's time in the
+same dtype over the row's (a JAX row's ``vs best torch`` above 1.00 beats every PyTorch step).
 """
 from __future__ import annotations
 
@@ -161,19 +167,34 @@ def engine_step(args, dtype, batch_np):
 
 
 def jax_step(args, dtype, batch_np):
-  """``(seconds per step, compiled memory GB)`` of the engine's step."""
+  """``(seconds per step, compiled memory GB, warm-up seconds)`` of the engine's step; the
+  warm-up holds tracing, compilation and the first step. ``args.profile_dir``: also a trace of
+  3 steps after the timed ones (`jax.profiler`, with a Perfetto ``*.trace.json.gz``)."""
   import jax
+  t0 = time.perf_counter()
   one, compiled, mesh = engine_step(args, dtype, batch_np)
   with jax.set_mesh(mesh):
     one()  # warm-up
+    warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(args.steps):
       one()
-    return (time.perf_counter() - t0) / args.steps, _memory_gb(compiled)
+    seconds = (time.perf_counter() - t0) / args.steps
+    if args.profile_dir:  # the compiled HLO names each traced op's model part (step_profile.py)
+      os.makedirs(args.profile_dir, exist_ok=True)
+      with open(os.path.join(args.profile_dir, "step.hlo.txt"), "w") as f:
+        f.write(compiled.as_text())
+      with jax.profiler.trace(args.profile_dir, create_perfetto_trace=True):
+        for _ in range(3):
+          one()
+    return seconds, _memory_gb(compiled), warm
 
 
-def torch_step(args, batch_np, device="cpu", autocast_bf16=False):
-  """``(seconds per step, peak GB or None)`` of the PyTorch eager step on ``device``."""
+def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=None):
+  """``(seconds per step, peak GB or None, warm-up seconds)`` of the PyTorch step on ``device``:
+  eager with PyTorch's default AdamW, or (``compile_mode``: a `torch.compile` mode, e.g.
+  ``default``) the model compiled by TorchInductor with the fused AdamW, the strongest step a
+  PyTorch user gets by changing two lines. The warm-up (first) step holds the compilation."""
   import contextlib
 
   import torch
@@ -181,7 +202,9 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False):
   from bench.torch_device import prepare
   from bench.torch_poi import training_setup
   sync = prepare(device)
-  model, opt, batch = training_setup(SHAPES[args.shape], args.head, batch_np, device)
+  model, opt, batch = training_setup(SHAPES[args.shape], args.head, batch_np, device,
+                                     optimizer="fused" if compile_mode else "default")
+  loss_of = torch.compile(model, mode=compile_mode) if compile_mode else model
   cast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if autocast_bf16
           else contextlib.nullcontext())
   if device != "cpu":
@@ -190,20 +213,25 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False):
   def one():
     opt.zero_grad(set_to_none=True)
     with cast:
-      loss = model(batch)
+      loss = loss_of(batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sync()
 
+  t0 = time.perf_counter()
   one()
+  one()  # a compiled step may recompile once its inputs' strides or grads settle
+  warm = time.perf_counter() - t0
   t0 = time.perf_counter()
   for _ in range(args.steps):
     one()
   seconds = (time.perf_counter() - t0) / args.steps
   mem = torch.cuda.max_memory_allocated() / 2**30 if device != "cpu" else None
-  del model, opt
-  return seconds, mem
+  del model, opt, loss_of
+  if compile_mode:
+    torch.compiler.reset()  # frees the compiled graphs before the next row
+  return seconds, mem, warm
 
 
 def train_flops(shape, batch, seq):
@@ -220,14 +248,21 @@ def _peak(kind):
 
 
 def _child(argv, env=None):
-  """``(seconds, compiled memory GB, allocator peak GB or None)`` of the JAX step in a fresh
-  process (its own runtime settings)."""
+  """``(seconds, compiled memory GB, allocator peak GB or None, warm-up seconds)`` of the JAX
+  step in a fresh process (its own runtime settings)."""
   out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
                        env=env, capture_output=True, text=True, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
   result = json.loads(out.stdout.strip().splitlines()[-1])
-  return result["seconds"], result["memory_gb"], result.get("peak_gb")
+  return result["seconds"], result["memory_gb"], result.get("peak_gb"), result["warm_s"]
+
+
+def _profile_env():
+  """The profiling process's environment: on a GPU, XLA's command buffers (CUDA graphs) off, as
+  a trace shows a command buffer as one op and `bench/step_profile.py` could not split it."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  return dict(os.environ, XLA_FLAGS=f"{flags} --xla_gpu_enable_command_buffer=".strip())
 
 
 def _subprocess_time(args, devices):
@@ -260,6 +295,14 @@ def main():
   ap.add_argument("--scan", action="store_true", help="model.scan_layers")
   ap.add_argument("--attention", default="auto", choices=["auto", "xla", "explicit", "cudnn"])
   ap.add_argument("--no_torch", action="store_true", help="JAX rows only")
+  ap.add_argument("--torch_compile", default="default",
+                  help="comma-separated torch.compile modes for the compiled PyTorch rows "
+                       "(default, reduce-overhead, max-autotune, ...; each with the fused "
+                       "AdamW), or 'none' for the eager row alone")
+  ap.add_argument("--profile_dir", default="",
+                  help="also trace 3 JAX steps (each dtype, in a process of its own, GPU "
+                       "command buffers off) into this directory (jax.profiler); "
+                       "bench/step_profile.py DIR/<dtype> sums them by model part")
   ap.add_argument("--compile_only", action="store_true",
                   help="compile the JAX step and print its memory estimate (no run)")
   ap.add_argument("--devices", action="store_true",
@@ -280,14 +323,16 @@ def main():
   dtypes = args.dtype.split(",")
   if args.child:
     from poi_jax import runtime
+    if args.profile_dir:  # a cached executable keeps the HLO names of whatever first compiled it
+      args.compilation_cache_dir = "none"
     runtime.configure(_runtime_args(args))
     batch = make_batch(args.batch, args.seq)
-    seconds, mem = jax_step(args, dtypes[0], batch)
+    seconds, mem, warm = jax_step(args, dtypes[0], batch)
     # The allocator's peak is this process's (the parent's JAX runs nothing): GPU/TPU only.
     import jax
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
     peak = stats.get("peak_bytes_in_use")
-    print(json.dumps({"seconds": seconds, "memory_gb": mem,
+    print(json.dumps({"seconds": seconds, "memory_gb": mem, "warm_s": warm,
                       "peak_gb": None if peak is None else peak / 2**30}))
     return
   import jax
@@ -297,6 +342,10 @@ def main():
   print(f"# {kind} ({platform}); POI-Net QA head={args.head}, {args.shape} encoder, batch "
         f"{args.batch} x {args.seq}, remat={args.remat}, scan={args.scan}, "
         f"attention={args.attention}; {args.steps} timed steps after one warm-up")
+  if platform == "cpu":  # a CPU figure holds for the CPU it was taken on (issue 51)
+    from poi_jax.layers import cpu_attention_choice
+    print(f"# CPU: {cpu_attention_choice.cpu_identity()}; attention=auto's measured choices: "
+          f"{cpu_attention_choice.cache_path()}")
   if args.compile_only:
     from poi_jax import runtime
     runtime.configure(_runtime_args(args))
@@ -310,40 +359,67 @@ def main():
   torch_dev = device_of(platform)
   peak = _peak(kind) if platform != "cpu" else None
   flops = train_flops(args.shape, args.batch, args.seq)
-  rows, peaks = [], []
+  modes = [] if args.torch_compile == "none" else args.torch_compile.split(",")
+  rows, peaks = [], []  # rows: (name, seconds, memory GB, warm-up s, dtype)
   for dtype in dtypes:
-    t_torch = mem_torch = None
-    if not args.no_torch:
-      t_torch, mem_torch = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16")
-      name = "torch eager " + ("bf16 autocast" if dtype == "bfloat16" else "f32")
-      rows.append((name, t_torch, mem_torch, t_torch))
     short = 'bf16' if dtype == 'bfloat16' else 'f32'
-    argv = [a for a in sys.argv[1:] if not a.startswith(("--dtype", "--compare_runtime"))]
+    if not args.no_torch:
+      t, mem, warm = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16")
+      cast = "bf16 autocast" if dtype == "bfloat16" else "f32"
+      rows.append((f"torch eager {cast}", t, mem, warm, dtype))
+      for mode in modes:
+        try:
+          t, mem, warm = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16",
+                                    compile_mode=mode)
+        except Exception as e:  # pylint: disable=broad-except  # a mode this build lacks
+          print(f"# torch.compile {mode} {short}: failed, no row ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:200] if str(e) else ''})")
+          continue
+        rows.append((f"torch.compile {mode} {short}", t, mem, warm, dtype))
+    argv = [a for a in sys.argv[1:]
+            if not a.startswith(("--dtype", "--compare_runtime", "--profile_dir"))]
     if args.compare_runtime and platform == "cpu":
-      t_jax, mem_jax, _ = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
-                                  "--xla_cpu_flags="])
-      rows.append((f"jax jit {short}, glibc malloc, no flags", t_jax, mem_jax, t_torch))
-    t_jax, mem_jax, peak_jax = _child([*argv, f"--dtype={dtype}"])
-    rows.append((f"jax jit {short}", t_jax, mem_jax, t_torch))
+      t, mem, _, warm = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
+                                "--xla_cpu_flags="])
+      rows.append((f"jax jit {short}, glibc malloc, no flags", t, mem, warm, dtype))
+    t, mem, peak_jax, warm = _child([*argv, f"--dtype={dtype}"])
+    rows.append((f"jax jit {short}", t, mem, warm, dtype))
     if peak_jax is not None:
       peaks.append(f"{short} {peak_jax:.2f} GB")
+    if args.profile_dir:  # its own process: the timed one runs as a user's would
+      _child([*argv, f"--dtype={dtype}", "--steps=1",
+              f"--profile_dir={os.path.join(args.profile_dir, short)}"], _profile_env())
   if args.devices and platform == "cpu":
     for n in (1, 8):
-      t = _subprocess_time(args, n)
-      rows.append((f"jax jit f32, {n} simulated CPU dev", t, None, rows[0][1]))
-  header = (f"{'step':<32} {'ms/step':>9} {'examples/s':>11} {'MFU':>6} {'mem GB':>7} "
-            f"{'speed vs torch':>15}")
-  print(header)
-  print("-" * len(header))
-  for name, t, mem, ref in rows:
-    mfu = f"{100 * flops / t / (peak * 1e12):.1f}%" if peak else "n/a"
-    speed = f"{ref / t:.2f}" if ref else "n/a"
-    print(f"{name:<32} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {mfu:>6} {_fmt(mem, '.2f'):>7} "
-          f"{speed:>15}")
+      rows.append((f"jax jit f32, {n} simulated CPU dev", _subprocess_time(args, n), None, None,
+                   "float32"))
+  print_table(rows, args, flops, peak)
   if peaks:  # read in each JAX child: the parent process allocates nothing on the device
     print(f"jax allocator peak device memory (each step's own process): {', '.join(peaks)}")
   if peak:
     print(f"MFU: {flops / 1e12:.2f} TFLOP per step (matmuls) / time / {peak} TFLOP/s ({kind})")
+
+
+def print_table(rows, args, flops, peak):
+  """One line per row. ``vs eager``: the PyTorch eager step's time in the same dtype over the
+  row's; ``vs best torch``: the fastest PyTorch row (eager or compiled) in the same dtype over
+  the row's, so a JAX row above 1.00 beats every PyTorch step measured; ``warm-up s``: the first
+  steps with tracing and compilation (PyTorch: two steps; JAX: compile + one step)."""
+  eager = {d: t for n, t, _, _, d in rows if n.startswith("torch eager")}
+  best = {}
+  for n, t, _, _, d in rows:
+    if n.startswith("torch"):
+      best[d] = min(best.get(d, t), t)
+  header = (f"{'step':<36} {'ms/step':>9} {'examples/s':>11} {'MFU':>6} {'mem GB':>7} "
+            f"{'warm-up s':>9} {'vs eager':>9} {'vs best torch':>14}")
+  print(header)
+  print("-" * len(header))
+  for name, t, mem, warm, dtype in rows:
+    mfu = f"{100 * flops / t / (peak * 1e12):.1f}%" if peak else "n/a"
+    vs_eager = f"{eager[dtype] / t:.2f}" if dtype in eager else "n/a"
+    vs_best = f"{best[dtype] / t:.2f}" if dtype in best else "n/a"
+    print(f"{name:<36} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {mfu:>6} {_fmt(mem, '.2f'):>7} "
+          f"{_fmt(warm, '.1f'):>9} {vs_eager:>9} {vs_best:>14}")
 
 
 if __name__ == "__main__":

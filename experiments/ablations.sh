@@ -8,7 +8,10 @@
 # MEASUREMENT: qopn (QOPN vs sliding window; BLOCKS=paper_residual: QOPN's default blocks
 # alone), dream1 (plain encoder, POI-Net without POS), dream2 (POI-Net, DUMA), dream (the DREAM
 # claims' three cells at once: dream1's plain encoder and dream2's two, into their work
-# directories; 5 seeds in 9 minutes of an H200), squad2 (plain encoder, POI-Net without POS,
+# directories; 5 seeds in 9 minutes of an H200), dreamsel (the DREAM claim's learning-rate
+# selection, "each arm at its best": the plain encoder and POI-Net at each rate of LRS, default
+# 1e-5 2e-5 3e-5 5e-5, trained on 90% of the training dialogues and scored on the other 10%,
+# SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), squad2 (plain encoder, POI-Net without POS,
 # POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
 # probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
 # workdir-ablations/<name>/ and packs the small result files (tables, eval_results.json,
@@ -25,7 +28,7 @@
 # blocks and the window only).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 squad2 nq squad1cpu qopncpu probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel squad2 nq squad1cpu qopncpu probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -48,7 +51,7 @@ if [ "$cmd" = carry ]; then
   rm -rf .carry && mkdir -p .carry /tmp/ablation-data
   wheels
   case $what in
-    dream|dream1|dream2)
+    dream|dream1|dream2|dreamsel)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
       python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
@@ -120,6 +123,19 @@ case $what in
              --cell "model.head=duma model.pos_embedding=false")
     fi
     measure_dream "${CELLS[@]}" ;;
+  dreamsel)  # the selection stage of docs/ablations.md's "each arm at its best": dream's
+    # settings but the rate, on a split of the training dialogues (never dev)
+    local arms=("model.head=none model.pos_embedding=false" "model.head=poi model.pos_embedding=true")
+    [ "${ARMS:-2}" = 3 ] && arms+=("model.head=duma model.pos_embedding=false")
+    local cells=()
+    for arm in "${arms[@]}"; do
+      for lr in ${LRS:-1e-5 2e-5 3e-5 5e-5}; do cells+=(--cell "$arm optim.lr=$lr"); done
+    done
+    $RUN --seeds=${SEEDS:-1} --config=configs/dream.py:minilm "${cells[@]}" --holdout=0.1 \
+      --parallel=${PARALLEL:-${#cells[@]}} --metrics=accuracy --workdir=$W/dreamsel -- \
+      --config.model.init_from=$MINILM --config.data.train_file=$DATA/dream/train.json \
+      --config.data.eval_file=$DATA/dream/dev.json --config.train.max_steps=-1 \
+      --config.train.epochs=3 --config.data.max_seq_length=256 --config.train.batch_size=16 $ONCE ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=false" \

@@ -66,9 +66,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.model.remat = "none"
   c.model.scan_layers = False  # run the encoder layer stack with lax.scan
   # Attention kernel: auto (cuDNN flash attention on a GPU in bf16 when no attention dropout is
-  # active; on a CPU cpu_kernel, a native blocked kernel built on first use, in float32 without
-  # attention dropout on one device, else explicit_vjp, the einsum-softmax with a hand-written
-  # backward; else XLA) | xla | explicit | explicit_vjp | cpu_kernel | cudnn.
+  # active; on a one-device CPU the kernel timed fastest on this machine at the traced shape,
+  # among cpu_kernel (a native blocked kernel built on first use), explicit_vjp (einsum-softmax
+  # with a hand-written backward) and XLA, cached per CPU: poi_jax/layers/cpu_attention_choice.py;
+  # else XLA) | xla | explicit | explicit_vjp | cpu_kernel | cudnn.
   # See poi_jax/layers/attention.py.
   c.model.attention = "auto"
   c.model.dropout = -1.0  # < 0: keep the encoder config's dropout

@@ -5,9 +5,11 @@ einsum-softmax-einsum.
 ``implementation`` (config ``model.attention``):
 
 * ``auto`` (default): cuDNN's fused kernel on a GPU when the compute dtype is bfloat16/float16
-  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a CPU
-  ``cpu_kernel`` when no attention dropout is active, the dtype is float32, the run has one
-  device and the kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout
+  and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a
+  one-device CPU the kernel timed fastest on this machine at the traced shape
+  (`cpu_attention_choice`, cached per CPU), where no timing applies (small problems, several
+  devices) ``cpu_kernel`` when no attention dropout is active, the dtype is float32 and the
+  kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout
   on the attention probabilities, which BERT fine-tuning applies (0.1), so a training step with
   attention dropout takes the explicit path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
@@ -44,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from poi_jax.layers import common
-from poi_jax.layers import cpu_attention, target
+from poi_jax.layers import cpu_attention, cpu_attention_choice, target
 
 IMPLEMENTATIONS = ("auto", "xla", "explicit", "explicit_vjp", "cpu_kernel", "cudnn")
 
@@ -152,10 +154,13 @@ def _cpu_kernel_usable(dtype, devices: int) -> bool:
   return jnp.dtype(dtype) == jnp.float32 and devices == 1 and cpu_attention.available()
 
 
-def choose(implementation: str, dtype, dropout_active: bool) -> str:
+def choose(implementation: str, dtype, dropout_active: bool,
+           shape: tuple[int, int, int, int, int] | None = None) -> str:
   """The kernel that runs: ``cudnn``, ``xla`` (fused-API XLA), ``explicit`` (with dropout),
   ``explicit_vjp`` or ``cpu_kernel``; for the devices being traced for (`target`: the mesh's,
-  else the default backend's)."""
+  else the default backend's). ``shape`` ``(B, Lq, Lk, N, Dh)``: with ``auto`` on a CPU, the
+  kernel measured fastest on this machine at that shape (`cpu_attention_choice`); without it,
+  the rule (the native kernel where it applies, else ``explicit_vjp``)."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"model.attention must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   platform, devices = target.platform_and_devices()
@@ -179,13 +184,59 @@ def choose(implementation: str, dtype, dropout_active: bool) -> str:
   if implementation == "explicit_vjp":
     return "explicit_vjp"
   if implementation == "auto" and platform == "cpu":
-    return ("cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype, devices)
+    rule = ("cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype, devices)
             else "explicit_vjp")
+    if shape is not None and _probe_applies(shape, devices):
+      # Called while a step is traced: the timing runs now, on concrete arrays, not staged out.
+      with jax.ensure_compile_time_eval():
+        return cpu_attention_choice.fastest(
+            cpu_attention_choice.key_of(shape, dtype, dropout_active),
+            cpu_candidates(shape, dtype, dropout_active))
+    return rule
   if dropout_active or implementation == "explicit":
     return "explicit"
   if implementation == "auto" and on_gpu and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
     return "cudnn"
   return "xla"
+
+
+def _probe_applies(shape, devices: int) -> bool:
+  """Time the CPU kernels (rather than apply the rule) for this traced attention? Only for a
+  problem large enough for the kernels to differ, traced for and run on this one CPU device of
+  a one-process run (several processes must compile the same program; an ahead-of-time
+  compile for other devices cannot time them here)."""
+  b, lq, lk, n, _ = shape
+  return (cpu_attention_choice.probing_enabled() and devices == 1
+          and jax.default_backend() == "cpu" and jax.process_count() == 1
+          and b * n * lq * lk >= cpu_attention_choice.MIN_SCORES)
+
+
+def cpu_candidates(shape, dtype, dropout_active: bool) -> dict:
+  """The CPU kernels ``auto`` times at ``shape`` ``(B, Lq, Lk, N, Dh)``: name -> a factory of a
+  zero-argument run of that kernel's forward + backward (random inputs, a key mask that keeps
+  every key, BERT's dropout rate 0.1 when ``dropout_active``)."""
+  import numpy as np
+  b, lq, lk, n, dh = shape
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.standard_normal((b, length, n, dh), np.float32), dtype)
+             for length in (lq, lk, lk))
+  mask = jnp.ones((b, 1, 1, lk), bool)
+  rate = 0.1 if dropout_active else 0.0
+  key = jax.random.key(0)
+
+  def factory(kind):
+    def make():
+      def loss(q, k, v):
+        return _attend(kind, q, k, v, mask, kind, rate, key, dropout_active).astype(
+            jnp.float32).sum()
+      grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+      return lambda: jax.block_until_ready(grads(q, k, v))
+    return make
+
+  kinds = ["explicit_vjp", "explicit"] if dropout_active else ["explicit_vjp", "xla"]
+  if not dropout_active and _cpu_kernel_usable(dtype, 1):
+    kinds.insert(0, "cpu_kernel")
+  return {kind: factory(kind) for kind in kinds}
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
@@ -208,26 +259,30 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   k = k.reshape(b, lk, num_heads, dh)
   v = v.reshape(b, lk, num_heads, dh)
   dropout_active = dropout_rate > 0.0 and not deterministic
-  kind = choose(implementation, v.dtype, dropout_active)
+  kind = choose(implementation, v.dtype, dropout_active, shape=(b, lq, lk, num_heads, dh))
+  out = _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_active)
+  return out.astype(v.dtype).reshape(b, lq, num_heads * dh)
+
+
+def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_active):
+  """Kernel ``kind`` on ``(B, L, N, Dh)`` heads -> ``(B, Lq, N, Dh)``."""
   if kind == "cpu_kernel" and mask is not None and mask.shape[1:3] != (1, 1):
     kind = "explicit_vjp"  # the kernel takes a key mask only, not a per-query one
   if kind == "cpu_kernel":
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
-    out = cpu_attention.attention(q, k, v, bias)
-  elif kind == "explicit_vjp":
-    out = _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
-  elif kind == "explicit":
-    out = _explicit(q, k, v, mask,
-                    lambda p: common.dropout(p, dropout_rate, key, not dropout_active))
-  elif kind == "cudnn":
+    return cpu_attention.attention(q, k, v, bias)
+  if kind == "explicit_vjp":
+    return _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
+  if kind == "explicit":
+    return _explicit(q, k, v, mask,
+                     lambda p: common.dropout(p, dropout_rate, key, not dropout_active))
+  if kind == "cudnn":
+    b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
     # cuDNN takes the mask as a bias whose query length must be the queries' (no broadcast).
     full = None if mask is None else jnp.broadcast_to(mask, (b, 1, lq, lk))
     try:
-      out = jax.nn.dot_product_attention(q, k, v, mask=full, implementation="cudnn")
+      return jax.nn.dot_product_attention(q, k, v, mask=full, implementation="cudnn")
     except (ValueError, NotImplementedError, RuntimeError):  # a shape cuDNN does not support
       if implementation == "cudnn":
         raise
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
-  else:
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
-  return out.astype(v.dtype).reshape(b, lq, num_heads * dh)
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")

@@ -77,20 +77,26 @@ class _PoiNetBase(nnx.Module):
     ``(R, H)`` with the encoder output ``H (N, L, D)`` when ``return_encoder_output``; with
     ``return_scores`` a third element, the final per-token co-attention scores ``(N, L)`` (the
     weights R = scores * H applies; None for ``variant="none"``)."""
+    # Named scopes label the compiled ops (HLO metadata, profiler traces) with the part of the
+    # model they belong to, so a profile can say what POS and the co-attention cost.
     extra = None
     if self.pos_embeddings is not None:
-      extra = self.pos_embeddings(pos_tags)
-    h = self.encoder(input_ids, attention_mask, token_type_ids, extra_embeddings=extra,
-                     deterministic=deterministic).last_hidden_state
+      with jax.named_scope("pos_embedding"):
+        extra = self.pos_embeddings(pos_tags)
+    with jax.named_scope("encoder"):
+      h = self.encoder(input_ids, attention_mask, token_type_ids, extra_embeddings=extra,
+                       deterministic=deterministic).last_hidden_state
     m_a, m_b = coatt.domain_masks(con_start, con_end, h.shape[1])
     scores = None
-    if self.coattention == "released":
-      scores, r, _ = coatt.released_coattention(h, con_start, con_end, nan_guard=self.nan_guard)
-    elif self.coattention == "paper":
-      scores, r = coatt.paper_coattention(h, con_start, con_end, turns=self.turns,
-                                          strategy=self.strategy)
-    else:
-      r = h
+    with jax.named_scope("coattention"):
+      if self.coattention == "released":
+        scores, r, _ = coatt.released_coattention(h, con_start, con_end,
+                                                  nan_guard=self.nan_guard)
+      elif self.coattention == "paper":
+        scores, r = coatt.paper_coattention(h, con_start, con_end, turns=self.turns,
+                                            strategy=self.strategy)
+      else:
+        r = h
     r = constrain(r, BLD)
     out = (r, h) if return_encoder_output else (r, m_a + m_b)
     return out + (scores,) if return_scores else out
