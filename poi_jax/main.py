@@ -3,6 +3,10 @@ r"""poi-jax command line.
   python -m poi_jax.main --config=configs/squad2.py:tiny --workdir=/tmp/run \
       --mode=train_and_eval [--config.optim.lr=2e-5 ...]
 
+Without ``--workdir`` the run goes to ``runs/<config>-<variant>`` (plus a hash of the
+``--config.*`` overrides; under ``$POI_JAX_RUNS`` when set), named in the first line of output:
+the same command again resumes it.
+
 Resolves the config (variant after the colon, ``--config.x.y=v`` overrides; an unknown key is an
 error), writes it to ``<workdir>/config.json``, prints the model's parameter count (the encoder's
 and what the head adds over it) and runs the engine (`poi_jax.train.loop`) in ``--mode``.
@@ -27,6 +31,8 @@ file, the record or line and the field (`poi_jax.data.json_stream`): one ``error
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -48,7 +54,10 @@ from poi_jax.train.faults import RunFault
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Task config file, e.g. configs/squad2.py:tiny.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the config, checkpoints, metrics.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for the config, checkpoints, metrics. Default: "
+    "runs/<config>-<variant>[-<hash of the --config.* overrides>] under $POI_JAX_RUNS (default "
+    "./runs), printed first; the same command resumes it.")
 _MODE = flags.DEFINE_enum("mode", "describe",
                           ["describe", "prepare", "train", "eval", "train_and_eval", "predict"],
                           "describe: resolve the config and print the parameter count; prepare: "
@@ -72,7 +81,21 @@ _OUTPUT_DIR = flags.DEFINE_string(
     "<workdir>/<mode>/<data name>-<checkpoint step>; the training run's files are never touched).")
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["config"])
+RUNS_ENV = "POI_JAX_RUNS"  # where default run directories go (default ./runs)
+
+
+def default_workdir(config_spec: str, overrides: dict) -> str:
+  """The run directory of a command given no ``--workdir``: ``<runs>/<config>-<variant>``, plus
+  a hash of the ``--config.*`` overrides when there are any, so that the same command finds (and
+  resumes) its own run and a command with other settings never mixes into it. ``<runs>`` is
+  ``$POI_JAX_RUNS``, default ``runs`` in the current directory."""
+  path, _, variant = config_spec.partition(":")
+  name = os.path.splitext(os.path.basename(path))[0] + (f"-{variant}" if variant else "")
+  if overrides:
+    text = json.dumps(sorted((str(k), repr(v)) for k, v in overrides.items()))
+    name += "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+  return os.path.join(os.environ.get(RUNS_ENV) or "runs", re.sub(r"[^\w.-]", "_", name))
 
 
 def config_summary(config) -> str:
@@ -132,10 +155,14 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   config, workdir, mode = _CONFIG.value, _WORKDIR.value, _MODE.value
+  overridden = config_flags.get_override_values(flags.FLAGS["config"])
+  if workdir is None:
+    workdir = default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]), overridden)
+    print(f"workdir: {workdir} (no --workdir given: this config's default; the same command "
+          f"resumes it)", flush=True)
   from poi_jax.train import loop
   try:
     # A variant's caps stay with its own files (said here, before anything is read).
-    overridden = config_flags.get_override_values(flags.FLAGS["config"])
     for note in config_checks.lift_variant_caps(config, overridden, mode):
       print(note)
     # Every value and the workdir are checked before anything is read, built or written.

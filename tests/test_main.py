@@ -62,6 +62,49 @@ def test_paper_config_offline_fails_with_one_clear_line(tmp_path, monkeypatch):
   assert "Traceback" not in r.stderr
 
 
+def test_the_designs_command_as_written_runs_without_workdir(tmp_path):
+  """`python -m poi_jax.main --config=configs/squad2.py`, verbatim: the first line names the
+  default run directory; offline it then ends in the one "cannot fetch" line."""
+  import os
+  env = dict(os.environ, HF_HUB_OFFLINE="1", POI_JAX_RUNS=str(tmp_path / "runs"))
+  r = subprocess.run([sys.executable, "-m", "poi_jax.main", "--config=configs/squad2.py"],
+                     capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+  assert r.returncode == 1, r.stderr
+  assert r.stdout.splitlines()[0].startswith(f"workdir: {tmp_path / 'runs' / 'squad2'} ")
+  assert r.stderr.strip().splitlines()[-1].startswith(
+      "error: cannot fetch 'albert/albert-xxlarge-v2'")
+
+
+def test_default_workdir_is_the_same_for_the_same_command_and_apart_for_other_settings(
+    tmp_path, monkeypatch):
+  from poi_jax import main
+  monkeypatch.delenv(main.RUNS_ENV, raising=False)
+  plain = main.default_workdir("configs/squad2.py:tiny", {})
+  assert plain == "runs/squad2-tiny"
+  lr = main.default_workdir("configs/squad2.py:tiny", {"optim.lr": 2e-5})
+  assert lr.startswith("runs/squad2-tiny-") and lr == main.default_workdir(
+      "configs/squad2.py:tiny", {"optim.lr": 2e-5})
+  assert lr != main.default_workdir("configs/squad2.py:tiny", {"optim.lr": 3e-5})
+  assert main.default_workdir("/x/configs/dream.py:minilm,bf16", {}) == "runs/dream-minilm_bf16"
+  monkeypatch.setenv(main.RUNS_ENV, str(tmp_path))
+  assert main.default_workdir("configs/squad2.py", {}) == str(tmp_path / "squad2")
+
+
+def test_the_same_command_without_workdir_reuses_its_run(tmp_path):
+  import os
+  env = dict(os.environ, POI_JAX_RUNS=str(tmp_path))
+  args = [sys.executable, "-m", "poi_jax.main", "--config=configs/squad2.py:tiny",
+          "--config.optim.lr=2e-5"]
+  first = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+  assert first.returncode == 0, first.stderr
+  line = first.stdout.splitlines()[0]
+  workdir = pathlib.Path(line.split()[1])
+  assert workdir.parent == tmp_path and (workdir / "config.json").exists()
+  again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+  assert again.stdout.splitlines()[0] == line
+  assert [p.name for p in tmp_path.iterdir()] == [workdir.name]
+
+
 def test_hostile_data_files_end_in_one_error_line_naming_them(tmp_path):
   """Issue 35: 200 kB of nested arrays (ijson's prefixes took 18 GB: a MemoryError traceback)
   and a gzip file cut in its first bytes (a BadGzipFile traceback) end in one ``error:`` line

@@ -319,8 +319,8 @@ def test_demo_page_in_a_real_browser(server, records, squad_tiny_run, tmp_path):
   """Headless Debian chromium loads the page, a passage and question are typed and submitted,
   and the page shows the answer outlined in the passage and the tokens shaded."""
   from tests.required_checks import import_or_skip
-  install = ("apt-get install -y chromium chromium-driver && pip install selenium "
-             "(README: Install)")
+  install = ("apt-get install -y chromium chromium-driver (README: Install, the optional "
+             "browser step)")
   webdriver = import_or_skip("selenium.webdriver", install)
   chromium, driver_path = "/usr/bin/chromium", "/usr/bin/chromedriver"
   for path in (chromium, driver_path):

@@ -3,7 +3,8 @@
 Tag ids: 0 padding, 1..36 the Penn Treebank tags below, 37 special tokens ([CLS], [SEP], ...),
 38 every other tag (punctuation, ``$``, ...) and empty sub-tokens. NLTK's ``word_tokenize`` and
 averaged perceptron tagger read their data from ``NLTK_DATA`` (``punkt_tab``,
-``averaged_perceptron_tagger_eng``); a missing resource is one clear error naming it.
+``averaged_perceptron_tagger_eng``); a missing one is fetched on first use with NLTK's own
+downloader, and where that fails (offline) the run stops in one line naming it and ``NLTK_DATA``.
 
 `align_original` reproduces the released POI-Net alignment exactly, quirks included: each
 sub-token (with ``▁`` removed) takes the tag of the current NLTK word, moving to the next word
@@ -35,7 +36,14 @@ _RESOURCES = (("tokenizers/punkt_tab/english", "punkt_tab"),
 
 
 class NltkResourceError(RuntimeError):
-  """An NLTK data package is missing (names it and how to provide it)."""
+  """An NLTK data package is missing and could not be fetched (names it and how to provide
+  it)."""
+
+
+# ``POI_JAX_NLTK_DOWNLOAD=0``: never fetch a missing resource (an air-gapped cluster whose
+# NLTK_DATA is the only source, or a test of the offline error).
+DOWNLOAD_ENV = "POI_JAX_NLTK_DOWNLOAD"
+DOWNLOAD_TIMEOUT_S = 30.0  # a network that drops packets must not hang a run's start
 
 
 def tag_id(tag: str) -> int:
@@ -45,22 +53,83 @@ def tag_id(tag: str) -> int:
 _resources_found_in: tuple | None = None  # the nltk.data.path the resources were found on
 
 
-def ensure_nltk_resources() -> None:
-  """Raises `NltkResourceError` naming the first missing resource. Once found, not searched
-  again in this process while ``nltk.data.path`` stays the same (the search costs ~1 ms, as
-  much as tagging a sentence)."""
-  global _resources_found_in
+def _missing() -> list[str]:
   import nltk
-  if _resources_found_in == tuple(nltk.data.path):
-    return
+  missing = []
   for path, package in _RESOURCES:
     try:
       nltk.data.find(path)
     except LookupError:
+      missing.append(package)
+  return missing
+
+
+def _download(packages: Sequence[str]) -> str | None:
+  """Fetches ``packages`` with NLTK's own downloader into its default directory (``~/nltk_data``
+  or the environment's), one process at a time (a lock file there); None when done, else why
+  not (offline, refused, a timeout)."""
+  import contextlib
+  import fcntl
+  import io
+  import os
+  import socket
+  import warnings
+
+  import nltk
+  target = nltk.downloader.Downloader().default_download_dir()
+  try:
+    os.makedirs(target, exist_ok=True)
+    lock = open(os.path.join(target, ".poi_jax_download.lock"), "w")
+  except OSError as e:
+    return f"cannot write {target}: {e}"
+  previous = socket.getdefaulttimeout()
+  quiet = io.StringIO()
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the data workers of one run start together
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), \
+        warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      for package in packages:
+        try:
+          nltk.data.find(dict((p, q) for q, p in _RESOURCES)[package])
+          continue  # another process fetched it while this one waited for the lock
+        except LookupError:
+          pass
+        if not nltk.download(package, download_dir=target, quiet=True, raise_on_error=True):
+          return f"NLTK's downloader did not fetch {package!r}"
+  except Exception as e:  # pylint: disable=broad-except  # offline, refused, a timeout
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+  finally:
+    socket.setdefaulttimeout(previous)
+    lock.close()
+  return None
+
+
+def ensure_nltk_resources() -> None:
+  """Makes sure NLTK's tokenizer and tagger are there: found on ``nltk.data.path``
+  (``NLTK_DATA`` first), else fetched on first use with NLTK's own downloader (unless
+  ``POI_JAX_NLTK_DOWNLOAD=0``); raises `NltkResourceError` in one line naming the resource and
+  ``NLTK_DATA`` when neither works (offline). Once found, not searched again in this process
+  while ``nltk.data.path`` stays the same (the search costs ~1 ms, as much as tagging a
+  sentence)."""
+  global _resources_found_in
+  import os
+
+  import nltk
+  if _resources_found_in == tuple(nltk.data.path):
+    return
+  missing = _missing()
+  if missing:
+    fetch = os.environ.get(DOWNLOAD_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+    why = _download(missing) if fetch else f"{DOWNLOAD_ENV}=0"
+    still = _missing()
+    if still:
       raise NltkResourceError(
-          f"NLTK resource {package!r} not found (searched {', '.join(nltk.data.path)}): run "
-          f"`python -m nltk.downloader {' '.join(p for _, p in _RESOURCES)}` (README: "
-          f"Install), or offline set NLTK_DATA to a directory holding a copy") from None
+          f"NLTK resource {still[0]!r} not found (searched {', '.join(nltk.data.path)}) and not "
+          f"fetched ({why}): offline, set NLTK_DATA to a directory holding a copy of "
+          f"{', '.join(still)}, or run `python -m nltk.downloader {' '.join(still)}` where "
+          f"NLTK's data host is reachable")
   _resources_found_in = tuple(nltk.data.path)
 
 

@@ -40,11 +40,51 @@ def test_nltk_from_shared_data_gives_the_fixture_word_tags(name, i, ex, max_len)
   assert [list(t) for t in got] == ex["context_nltk_word_tags"]
 
 
-def test_missing_nltk_resource_names_it(monkeypatch):
+def test_missing_nltk_resource_names_it_and_nltk_data_when_it_cannot_be_fetched(monkeypatch):
   import nltk
   monkeypatch.setattr(nltk.data, "path", ["/nonexistent"])
-  with pytest.raises(pos.NltkResourceError, match="punkt_tab"):
-    pos.tag_words("a test", lowercase=True)
+  monkeypatch.setattr(pos, "_resources_found_in", None)
+  monkeypatch.setattr(pos, "_download", lambda packages: "<urlopen error offline>")
+  with pytest.raises(pos.NltkResourceError) as e:
+    pos.ensure_nltk_resources()
+  line = str(e.value)
+  assert "'punkt_tab' not found" in line and "<urlopen error offline>" in line
+  assert "set NLTK_DATA" in line and "\n" not in line
+  monkeypatch.setenv(pos.DOWNLOAD_ENV, "0")  # never fetched: said so
+  monkeypatch.setattr(pos, "_download", lambda packages: pytest.fail("fetched"))
+  with pytest.raises(pos.NltkResourceError, match=f"not fetched \\({pos.DOWNLOAD_ENV}=0\\)"):
+    pos.ensure_nltk_resources()
+
+
+@pytest.mark.required
+def test_a_missing_resource_is_fetched_on_first_use_with_nltks_downloader(monkeypatch, tmp_path,
+                                                                          data_dir):
+  """NLTK's own mechanism (`nltk.download` into its default directory), here served from the
+  offline copy instead of NLTK's data host."""
+  import shutil
+
+  import nltk
+  copy = data_dir / "nltk_data"
+  fetched = []
+
+  def download(package, download_dir, **kwargs):
+    folder = {"punkt_tab": "tokenizers", "averaged_perceptron_tagger_eng": "taggers"}[package]
+    shutil.copytree(copy / folder / package, tmp_path / folder / package)
+    fetched.append((package, download_dir))
+    return True
+
+  monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+  monkeypatch.setattr(nltk.downloader.Downloader, "default_download_dir",
+                      lambda self: str(tmp_path))
+  monkeypatch.setattr(nltk, "download", download)
+  monkeypatch.setattr(pos, "_resources_found_in", None)
+  monkeypatch.delenv(pos.DOWNLOAD_ENV, raising=False)
+  pos.ensure_nltk_resources()
+  assert fetched == [("punkt_tab", str(tmp_path)), ("averaged_perceptron_tagger_eng",
+                                                     str(tmp_path))]
+  pos.ensure_nltk_resources()  # found now: nothing fetched again
+  assert len(fetched) == 2
+  assert dict(pos.tag_words.__wrapped__("Paris is big."))["Paris"] == "NNP"
 
 
 SENTENCE = "The Normans gave their name to Normandy, a region in France."
