@@ -73,7 +73,7 @@ def main(argv):
   from poi_jax.train import mesh as mesh_lib
   from poi_jax.train import optim, placement
   from poi_jax.train import step as step_lib
-  from poi_jax.train.splits import load_tokenizer
+  from poi_jax.models.build import load_tokenizer
 
   runtime.configure({"cpu_malloc": "reuse"})
   print(f"device: {jax.devices()[0].device_kind} ({jax.device_count()}); "

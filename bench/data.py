@@ -45,7 +45,7 @@ def _bench(name, task, config, records, tokenizer, workers, cache_root):
   config.model.pos_embedding = True
   config.data.num_workers = max(workers)
   config.data.cache_dir = os.path.join(cache_root, name)
-  from poi_jax.train import splits as splits_lib
+  from poi_jax.prepare import splits as splits_lib
 
   def shards():  # build the missing feature shards (none the 2nd time) and load them
     split = splits_lib.prepare_split(task, config, "eval", tokenizer, records=iter(records),

@@ -31,8 +31,8 @@ way, path = sys.argv[1], sys.argv[2]
 if way == "model+optimizer":  # the restore Reader.load did before: both, then keep the model
   def _from_workdir(path, step):
     from poi_jax import tasks
-    from poi_jax.train import export_files
-    from poi_jax.train import checkpoint as ckpt_lib
+    from poi_jax.model_files import export as export_files
+    from poi_jax.model_files import checkpoint as ckpt_lib
     from poi_jax.train import optim
     raw = json.load(open(os.path.join(path, "config.json")))
     config = reader_lib._for_reading(raw, path)

@@ -124,7 +124,7 @@ def main(argv):
   from poi_jax.data import buckets, readers
   from poi_jax.inference.reader import Reader
   from poi_jax.models import encoders
-  from poi_jax.train.splits import load_tokenizer
+  from poi_jax.prepare.splits import load_tokenizer
 
   if not (pathlib.Path(_HF_PATH.value) / "transformers").is_dir():
     raise SystemExit(f"no transformers under --hf_path={_HF_PATH.value}: install the peer first "

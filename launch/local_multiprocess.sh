@@ -60,7 +60,7 @@ done
 echo "started ${NPROCS} processes; logs in ${LOG_DIR}" >&2
 # As torchrun's agent does: the first process to fail takes the others down. They get GRACE_S
 # seconds to notice by themselves (their watchdog prints one line naming the lost process and
-# exits, poi_jax/train/watchdog.py), then SIGKILL. The exit status is the failed process's: a
+# exits, poi_jax/faults/watchdog.py), then SIGKILL. The exit status is the failed process's: a
 # process that stopped because another was lost (70) can be reaped before the lost one, so a
 # later status other than 70 (the cause: 137 for a SIGKILL) replaces it.
 LOST=70

@@ -12,7 +12,7 @@ error), writes it to ``<workdir>/config.json``, prints the model's parameter cou
 and what the head adds over it) and runs the engine (`poi_jax.train.loop`) in ``--mode``.
 
 ``--mode=prepare`` featurizes the config's splits into feature shards in ``data.cache_dir``
-(default ``<workdir>/cache``; `poi_jax.train.prepare`) and stops; the engine's modes build the
+(default ``<workdir>/cache``; `poi_jax.prepare`) and stops; the engine's modes build the
 missing shards first, so it is optional (a cluster runs it once, on every host).
 
 Multi-host: ``--coordinator_address=HOST:PORT --num_processes=N --process_id=I`` (the local and
@@ -43,10 +43,10 @@ from ml_collections import config_flags
 
 from poi_jax import runtime, tasks
 from poi_jax.data.pos import NltkResourceError
+from poi_jax.faults import RunFault
 from poi_jax.io import write_json_atomic
 from poi_jax.models import encoders
 from poi_jax.train import config_checks
-from poi_jax.train.faults import RunFault
 
 # The engine's modules (the loop, orbax, the distributed watchdog) are imported inside the
 # functions that use them, so that a run loads only what its mode needs; none of them imports this
@@ -125,10 +125,10 @@ def describe(config, workdir: str, *, write_config: bool) -> str:
 def init_distributed(config=None) -> None:
   """`jax.distributed.initialize` from the flags, or from the environment with
   --distributed=auto, with the timeouts of ``config.distributed`` and one line instead of JAX's
-  fatal log when the coordinator is lost (`poi_jax.train.coordination`); then the lost- and
-  stuck-process watchdog (`poi_jax.train.watchdog`)."""
+  fatal log when the coordinator is lost (`poi_jax.faults.coordination`); then the lost- and
+  stuck-process watchdog (`poi_jax.faults.watchdog`)."""
   import jax
-  from poi_jax.train import coordination
+  from poi_jax.faults import coordination
   section = (config.get("distributed", None) if config is not None else None) or {}
   timeouts = {name: int(section[key]) for name, key in (
       ("initialization_timeout", "initialization_timeout_s"),
@@ -143,7 +143,7 @@ def init_distributed(config=None) -> None:
     coordination.initialize(**timeouts)
   else:
     return
-  from poi_jax.train import watchdog
+  from poi_jax.faults import watchdog
   watchdog.start(jax.process_index(), jax.process_count(),
                  timeout_s=float(section.get("watchdog_timeout_s", 0)),
                  stuck_timeout_s=float(section.get("stuck_timeout_s", 0)))
@@ -175,7 +175,7 @@ def main(argv):
                        f"prepare the shards with Beam first, then run --mode={mode}")
     init_distributed(config)
     if mode == "prepare":
-      from poi_jax.train import prepare as prepare_lib
+      from poi_jax import prepare as prepare_lib
       print(config_summary(config))
       prepare_lib.prepare(config, workdir, beam_options=_BEAM.value)
       return 0
@@ -206,7 +206,7 @@ def main(argv):
     _stop_the_other_processes(line, 1)
     return 1
   except Exception as e:
-    from poi_jax.train import watchdog
+    from poi_jax.faults import watchdog
     if watchdog.active() is not None:
       # In a multi-process run an error may only be the echo of another process's loss (a
       # collective that failed): the watchdog then names that process and ends this one.
@@ -221,9 +221,9 @@ def main(argv):
 def _lost_process_first(error: BaseException) -> None:
   """Multi-process runs: a collective that failed because another process is gone raises a
   ValueError too (gloo: "Connection reset by peer"); JAX's client reports a lost coordinator
-  within a second (`poi_jax.train.coordination`), so a few seconds' wait lets that line, naming
+  within a second (`poi_jax.faults.coordination`), so a few seconds' wait lets that line, naming
   the process, be the last word (the process then ends there). Single process: nothing."""
-  from poi_jax.train import watchdog
+  from poi_jax.faults import watchdog
   if watchdog.active() is not None:
     collective = re.search(r"gloo|connection|socket|unavailable", str(error), re.IGNORECASE)
     watchdog.active().explain(error, wait_s=None if collective else 3.0)
@@ -233,7 +233,7 @@ def _stop_the_other_processes(line: str, exit_code: int) -> None:
   """Multi-process runs: tells the other processes (through the watchdog) that this one stops
   with ``line``, so that they stop at once naming it, and leaves without the shutdown barrier
   (which would wait for processes that are stopping too). Single process: nothing."""
-  from poi_jax.train import watchdog
+  from poi_jax.faults import watchdog
   if watchdog.active() is None:
     return
   watchdog.active().announce(line)

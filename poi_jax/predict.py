@@ -19,7 +19,7 @@ object per input line:
 Hostile input (issue 35). The input file is checked before the model is loaded: a file that is
 missing, a directory, unreadable, empty (or blank), compressed, UTF-16/32, or with no line in
 UTF-8 ends the run in one ``error: <file>: ...`` line, exit 1. Each line is then parsed on its
-own (`poi_jax.serve.requests.loads`: strict UTF-8, at most ``MAX_DEPTH`` nested arrays/objects,
+own (`poi_jax.inference.requests.loads`: strict UTF-8, at most ``MAX_DEPTH`` nested arrays/objects,
 numbers never converted when too long or beyond the float range); a bad line (not UTF-8, not
 JSON, too deep, a missing or ill-typed field, an empty text or one with a lone surrogate, an
 integer id of more than ``MAX_NUMBER_CHARS`` digits, a question the featurizer refuses) is
@@ -46,7 +46,7 @@ from poi_jax.data.pos import NltkResourceError
 from poi_jax.data.records import ChoiceExample, SquadExample, clip
 from poi_jax.io import default_mode
 from poi_jax.models.encoders import CheckpointError
-from poi_jax.serve.requests import (MAX_DEPTH, MAX_NUMBER_CHARS, InputError,  # noqa: F401
+from poi_jax.inference.requests import (MAX_DEPTH, MAX_NUMBER_CHARS, InputError,  # noqa: F401
                                     JSONProblem, brief, check_options, field_name, loads)
 
 _MODEL = flags.DEFINE_string("model", None, "A poi-jax workdir or its export/ directory.")
@@ -275,14 +275,15 @@ def predict_file(reader, input_path: str, output_path: str, *, err=sys.stderr) -
 def _saved_task(model: str) -> str | None:
   """The task in the model's saved config (an export's or a workdir's), read without loading
   anything; None when it cannot be read (then `Reader.load` says why)."""
-  from poi_jax.train.export_files import CONFIG_FILE, READABLE
+  from poi_jax.inference.load import readable_tasks
+  from poi_jax.model_files.export import CONFIG_FILE
   for name in (CONFIG_FILE, "config.json"):
     try:
       with open(os.path.join(model, name)) as f:
         task = json.load(f).get("task")
     except (OSError, ValueError, AttributeError):
       continue
-    return task if task in READABLE else None
+    return task if task in readable_tasks() else None
   return None
 
 
@@ -299,8 +300,8 @@ def main(argv):
     task = _saved_task(_MODEL.value)
     parsed = None
     if task is not None:
-      from poi_jax.train.export_files import EXTRACTIVE
-      parsed = parse_lines(lines, path, task in EXTRACTIVE)
+      from poi_jax import tasks
+      parsed = parse_lines(lines, path, tasks.get_task(task).answers == "span")
       _need_questions(*parsed, path)
     from poi_jax.inference.reader import Reader
     reader = Reader.load(_MODEL.value, null_threshold=_NULL_THRESHOLD.value,

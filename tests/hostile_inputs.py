@@ -30,7 +30,7 @@ import json
 import random
 
 CLASSES = ("depth", "number", "nonfinite", "encoding", "surrogate", "type", "length")
-# The server's and the predict CLI's limits (poi_jax.serve.requests): the cases straddle them.
+# The server's and the predict CLI's limits (poi_jax.inference.requests): the cases straddle them.
 MAX_DEPTH = 32
 MAX_NUMBER_CHARS = 100
 BAD_UTF8 = (b"\xff", b"\xfe", b"\x80", b"\xbf\xbf", b"\xc3\x28", b"\xc0\xaf", b"\xe0\x80\xaf",

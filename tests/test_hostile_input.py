@@ -1,5 +1,5 @@
 """Hostile input to the server's request parsing and the predict CLI's input handling, without a
-model (issue 35): `poi_jax.serve.requests.loads` bounds nesting and numbers and names the field
+model (issue 35): `poi_jax.inference.requests.loads` bounds nesting and numbers and names the field
 of every problem; `poi_jax.predict` refuses an unreadable file in one line before loading the
 model, skips bad lines naming file, line and field, and answers a chunk's other lines when one
 line makes the Reader fail. The fuzzed versions, with the tiny model: tests/test_serve.py and
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from poi_jax import predict
-from poi_jax.serve.requests import (MAX_DEPTH, InputError, JSONProblem, Unusable, _items,
+from poi_jax.inference.requests import (MAX_DEPTH, InputError, JSONProblem, Unusable, _items,
                                     body_error, loads, parse_answer, parse_choose)
 from tests.conftest import ROOT
 

@@ -17,9 +17,9 @@ import pytest
 from configs import dream as dream_config
 from poi_jax import Reader, tasks
 from poi_jax.data import buckets, readers
+from poi_jax.model_files import checkpoint as ckpt_lib
+from poi_jax.model_files import export as export_files
 from poi_jax.predict import predict_file
-from poi_jax.train import checkpoint as ckpt_lib
-from poi_jax.train import export_files
 from poi_jax.train import loop
 from tests.conftest import ROOT, SQUAD
 

@@ -161,7 +161,7 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.eval.null_score_diff_threshold = 0.0
 
   # ---- multi-process faults (docs/reliability.md) ------------------------------------------
-  # Passed to jax.distributed.initialize (its defaults); the watchdog (poi_jax/train/watchdog.py)
+  # Passed to jax.distributed.initialize (its defaults); the watchdog (poi_jax/faults/watchdog.py)
   # ends every process in one line within `watchdog_timeout_s` of another one's loss, before
   # JAX's own heartbeat timeout aborts it with a C++ log. 0 turns the watchdog off.
   c.distributed = ml_collections.ConfigDict()

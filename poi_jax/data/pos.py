@@ -96,7 +96,8 @@ def _download(packages: Sequence[str]) -> str | None:
           continue  # another process fetched it while this one waited for the lock
         except LookupError:
           pass
-        if not nltk.download(package, download_dir=target, quiet=True, raise_on_error=True):
+        if not nltk.download(package, download_dir=target, quiet=True, raise_on_error=True,
+                             print_error_to=quiet):
           return f"NLTK's downloader did not fetch {package!r}"
   except Exception as e:  # pylint: disable=broad-except  # offline, refused, a timeout
     return str(e).splitlines()[0] if str(e) else type(e).__name__

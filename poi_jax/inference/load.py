@@ -13,9 +13,8 @@ import numpy as np
 from flax import nnx
 
 from poi_jax import tasks
-from poi_jax.train import export_files
+from poi_jax.model_files import export as export_files
 
-EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 
 
 def _is_export(path: str) -> bool:
@@ -29,6 +28,11 @@ def _has_tokenizer(directory: str) -> bool:
              for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
+def readable_tasks() -> tuple[str, ...]:
+  """The registered tasks the Reader serves (``Task.answers`` set), sorted."""
+  return tuple(sorted(name for name in tasks.names() if tasks.get_task(name).answers))
+
+
 def _point_at_export(config: ml_collections.ConfigDict, export_dir: str) -> None:
   """The encoder architecture and tokenizer from ``export_dir`` where the config names a hub or
   package checkpoint, so that loading needs no network and no other files."""
@@ -40,8 +44,10 @@ def _point_at_export(config: ml_collections.ConfigDict, export_dir: str) -> None
 
 def _for_reading(config_dict: dict, path: str) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(config_dict)
-  if config.task not in EXTRACTIVE + CHOICE:
-    raise ValueError(f"{path}: task {config.task!r}; the Reader reads {EXTRACTIVE + CHOICE}")
+  readable = readable_tasks()
+  if config.task not in readable:
+    raise ValueError(f"{path}: task {config.task!r}; the Reader reads {', '.join(readable)} "
+                     f"(the tasks whose Task.answers is set)")
   config.data.cache_dir = ""  # each call is new text: nothing to reuse
   config.data.num_workers = 0  # a few questions: workers would cost more than they save
   return config
@@ -75,7 +81,7 @@ def _restore_model_only(checkpointer, step: int, model: nnx.Module) -> nnx.Modul
 
 
 def _from_workdir(path: str, step: int | None):
-  from poi_jax.train import checkpoint as ckpt_lib
+  from poi_jax.model_files import checkpoint as ckpt_lib
   with open(os.path.join(path, "config.json")) as f:
     raw = json.load(f)
   config = _for_reading(raw, path)

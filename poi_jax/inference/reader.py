@@ -1,7 +1,7 @@
 """A trained model answering your own text: ``Reader.load(path).answer(question, context)``.
 
 ``path`` is a run's workdir (its best checkpoint, else the latest) or its ``export/`` directory
-(self-sufficient: see `poi_jax.train.export_files`). Text goes through the task's own pipeline,
+(self-sufficient: see `poi_jax.model_files.export`). Text goes through the task's own pipeline,
 exactly as in training and evaluation: the Task's ``featurize`` (long passages windowed with
 ``data.doc_stride``, POS tags from NLTK on the fly; no feature cache, no worker processes), the
 model in inference mode, and for extractive tasks the engine's decoder
@@ -36,15 +36,14 @@ import jax
 import numpy as np
 from flax import nnx
 
-from poi_jax import runtime, tasks
+from poi_jax import jax_internals, runtime, tasks
 from poi_jax.data import buckets
 from poi_jax.data.records import ChoiceExample, SquadExample
 from poi_jax.eval import spans
 from poi_jax.inference import load as load_lib
-from poi_jax.train import export_files
-from poi_jax.train.splits import load_tokenizer
+from poi_jax.model_files import export as export_files
+from poi_jax.models.build import load_tokenizer
 
-EXTRACTIVE, CHOICE = export_files.EXTRACTIVE, export_files.CHOICE
 # Passages whose analysis a Reader keeps: a SQuAD-sized passage's is ~10 KB (3 small arrays per
 # character + its tags), so 256 cost a few MB.
 DEFAULT_PASSAGE_CACHE = 256
@@ -118,7 +117,7 @@ def text_problem(value, *, allow_empty: bool = False) -> str | None:
   empty or blank (unless ``allow_empty``), or not encodable as UTF-8. A lone surrogate such as
   ``"\\ud800"`` is a valid JSON escape and a valid Python string, but no character: the fast
   tokenizer refuses it with a bare TypeError. The one rule of the Reader, the predict CLI and the
-  server (`poi_jax.serve.requests`), so each names the field instead of failing later."""
+  server (`poi_jax.inference.requests`), so each names the field instead of failing later."""
   if not isinstance(value, str) or (not allow_empty and not value.strip()):
     # Scalars (and the server's unconverted numbers) shown clipped; containers by type only, as
     # a megabyte or a deep nesting can sit where the text belongs.
@@ -203,7 +202,7 @@ class Reader:
 
   @property
   def is_extractive(self) -> bool:
-    return self.config.task in EXTRACTIVE
+    return self.task.answers == "span"
 
   @property
   def has_token_scores(self) -> bool:
@@ -216,7 +215,9 @@ class Reader:
   def compiled_shapes(self) -> int:
     """Batch shapes compiled so far (both model functions): unchanged by a request that
     compiled nothing."""
-    return self._forward._cache_size() + self._forward_scores._cache_size()
+    counts = [jax_internals.compiled_shape_count(f) for f in (self._forward,
+                                                              self._forward_scores)]
+    return sum(c or 0 for c in counts)
 
   def _predict(self, features, *, with_scores: bool = False) -> dict[str, np.ndarray]:
     """The model's outputs over all features, in batches padded to a power of two rows and, with
@@ -329,16 +330,9 @@ class Reader:
   def featurize(self, records: list[SquadExample]):
     """Stage 1 of `answer_records` (host): the records' windows (`Features`), their passages
     analysed through `Reader.passages`. Uses the tokenizer: one thread at a time."""
-    from poi_jax.data import parallel
-    from poi_jax.data.features import extractive
-    from poi_jax.tasks import squad
-    options = {**squad.feature_options(self.config, is_training=False),
-               "passages": self.passages}
-    # Chunks of 256: a server's batch is one chunk (one tokenizer call); a long list still
-    # moves the progress bar.
-    return parallel.featurize(extractive.build_extractive_features,
-                              extractive.merge_extractive_features, records, self.tokenizer,
-                              options, chunk_size=256, desc=f"{self.config.task} eval features")
+    if self.task.reader_featurize is not None:
+      return self.task.reader_featurize(records, self.tokenizer, self.config, self.passages)
+    return self.task.featurize(records, self.tokenizer, self.config, is_training=False)
 
   def predict(self, features, *, explain: bool = False) -> dict[str, np.ndarray]:
     """Stage 2 (the jitted model; JAX releases the GIL while it computes): outputs per window;
@@ -348,7 +342,7 @@ class Reader:
   def decode(self, records: list[SquadExample], features, outputs: dict, *,
              null_threshold: float | None = None, explain: bool = False) -> list[Answer]:
     """Stage 3 (host): the `Answer` of each record from its windows' outputs."""
-    e, v2 = self.config.eval, self.config.task == "squad2"
+    e, v2 = self.config.eval, self.task.null_answers
     preds, nbest, odds = spans.decode_squad(
         records, features, outputs["start_logits"], outputs["end_logits"],
         n_best_size=e.n_best_size, max_answer_length=e.max_answer_length,

@@ -30,3 +30,16 @@ def abstract_encoder(cfg: encoders.EncoderConfig) -> nnx.Module:
 
 def parameter_count(module: nnx.Module) -> int:
   return encoders.count_params(module)
+
+
+def load_tokenizer(config):
+  """The run's fast tokenizer: ``model.tokenizer``, else ``model.init_from``'s (training,
+  preparation and the Reader alike)."""
+  name = config.model.tokenizer or config.model.init_from
+  if not name:
+    raise ValueError("model.tokenizer is empty and there is no model.init_from to take the "
+                     "tokenizer from")
+  tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint(name))
+  if tok is None:
+    raise ValueError(f"no fast tokenizer found for {name!r}")
+  return tok

@@ -58,7 +58,7 @@ from importlib import resources
 from absl import app, flags, logging
 
 from poi_jax.serve.batching import Batcher, Job, QueueFull, ServerFault, warm_up  # noqa: F401
-from poi_jax.serve.requests import (DEFAULT_TOP_K, InputError, JSONProblem,  # noqa: F401
+from poi_jax.inference.requests import (DEFAULT_TOP_K, InputError, JSONProblem,  # noqa: F401
                                     _items, body_error, loads, parse_answer, parse_choose)
 
 STATIC = "static"  # package data: poi_jax/serve/static/{index.html,demo.js,demo.css}

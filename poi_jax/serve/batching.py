@@ -19,7 +19,7 @@ import time
 import numpy as np
 from absl import logging
 
-from poi_jax.serve.requests import InputError
+from poi_jax.inference.requests import InputError
 
 
 class QueueFull(RuntimeError):

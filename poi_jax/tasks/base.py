@@ -71,7 +71,7 @@ class Task:
     describe_head: ``(config, model) -> str``: one line naming the head and its options, printed
       with the parameter count (default: ``model.head``).
     shard_spec: ``(config, tokenizer, split) -> poi_jax.data.shards.ShardSpec``: how the split
-      is featurized into feature shards (`poi_jax.train.splits`); the engine reads every split
+      is featurized into feature shards (`poi_jax.prepare.splits`); the engine reads every split
       through it.
     length_keys: the model's arrays whose last axis is the sequence (``data.max_seq_length``),
       cut to a batch's length bucket (`poi_jax.data.buckets`); empty: the task is never
@@ -81,6 +81,19 @@ class Task:
     bucketable: ``config -> bool`` or None (always): whether the config's model may be cut to
       buckets; False for a model whose outputs on real positions depend on the padding (DUMA's
       ``released`` variant averages over every position).
+    answers: what `poi_jax.inference.Reader` gives for a trained model of this task: ``"span"``
+      (``Reader.answer``: `SquadExample` records, ``start_logits``/``end_logits`` decoded as
+      SQuAD's), ``"choice"`` (``Reader.choose``: `ChoiceExample` records, ``logits`` over the
+      options), or None: the Reader does not serve it and the engine writes no Reader files
+      beside its export.
+    null_answers: for ``answers="span"``, whether "no answer" is an answer (SQuAD 2.0's null
+      score, thresholded by the Reader's δ).
+    reader_featurize: ``(records, tokenizer, config, passages) -> Features`` or None (then
+      ``featurize(..., is_training=False)``): the Reader's windows of ``records``, with
+      ``passages`` a `poi_jax.data.features.passages.PassageCache` kept across calls.
+    probe_records: ``() -> records`` or None (no record): what `poi_jax.train.sizing` featurizes
+      to learn the model's array shapes without data (a multiple-choice task's probe has its
+      corpus's number of options).
   """
   name: str
   metric: str
@@ -99,6 +112,15 @@ class Task:
   length_keys: tuple[str, ...] = ()
   length_outputs: Mapping[str, float] = dataclasses.field(default_factory=dict)
   bucketable: Callable[[Config], bool] | None = None
+  answers: str | None = None
+  null_answers: bool = False
+  reader_featurize: Callable[..., Features] | None = None
+  probe_records: Callable[[], list] | None = None
+
+  def __post_init__(self):
+    if self.answers not in (None, "span", "choice"):
+      raise ValueError(f"task {self.name!r}: answers must be 'span', 'choice' or None, got "
+                       f"{self.answers!r}")
 
   def tokenizer_needed(self, config: Config) -> bool:
     return bool(self.needs_tokenizer(config) if callable(self.needs_tokenizer)

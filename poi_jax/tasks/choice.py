@@ -121,8 +121,17 @@ class ChoiceEvaluator(base.Evaluator):
                            self.levels)
 
 
-def _task(name, read):
+def probe_records(options: int):
+  """One question with ``options`` options (`poi_jax.train.sizing`'s shape probe)."""
+  from poi_jax.data.records import ChoiceExample
+  words = " ".join(f"word{i % 50}" for i in range(400))
+  return lambda: [ChoiceExample("q0", words, "what is it?",
+                                [f"option {k}" for k in range(options)], 0, "probe")]
+
+
+def _task(name, read, options):
   return base.Task(name=name, metric="accuracy", read=read, featurize=featurize,
+                   answers="choice", probe_records=probe_records(options),
                    build_model=build_model, evaluator=ChoiceEvaluator, model_keys=MODEL_KEYS,
                    load_pretrained=squad_task.load_pretrained,
                    export_pretrained=squad_task.export_pretrained,
@@ -130,4 +139,5 @@ def _task(name, read):
                    length_keys=LENGTH_KEYS, bucketable=bucketable)
 
 
-TASKS = {"race": _task("race", _read_race), "dream": _task("dream", _read_dream)}
+# Options per question: RACE 4, DREAM 3.
+TASKS = {"race": _task("race", _read_race, 4), "dream": _task("dream", _read_dream, 3)}

@@ -159,8 +159,17 @@ class QopnEvaluator(base.Evaluator):
     return scores
 
 
+def probe_records():
+  """One answered question on a 400-word article (`poi_jax.train.sizing`'s shape probe)."""
+  from poi_jax.data.records import SquadExample
+  words = " ".join(f"word{i % 50}" for i in range(400))
+  return [SquadExample("q0", "what is it?", words, [{"text": "word0", "answer_start": 0}],
+                       False, [], "probe", "probe")]
+
+
 def _task(name):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
+                   probe_records=probe_records,
                    build_model=build_model, evaluator=QopnEvaluator, model_keys=MODEL_KEYS,
                    load_pretrained=load_pretrained, export_pretrained=export_pretrained,
                    describe_head=describe_head, shard_spec=shard_spec)

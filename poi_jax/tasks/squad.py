@@ -225,8 +225,18 @@ class SquadEvaluator(base.Evaluator):
     return super().__exit__(exc_type, exc, tb)
 
 
+def reader_featurize(records, tokenizer, config, passages):
+  """The Reader's windows: `featurize`'s at evaluation, with the Reader's passage cache and in
+  chunks of 256 (a server's batch is one chunk: one tokenizer call)."""
+  options = {**feature_options(config, is_training=False), "passages": passages}
+  return parallel.featurize(build_extractive_features, extractive.merge_extractive_features,
+                            records, tokenizer, options, chunk_size=256,
+                            desc=f"{config.task} eval features")
+
+
 def _task(name, version_2):
   return base.Task(name=name, metric="f1", read=read, featurize=featurize,
+                   answers="span", null_answers=version_2, reader_featurize=reader_featurize,
                    build_model=build_model,
                    evaluator=functools.partial(SquadEvaluator, version_2=version_2),
                    model_keys=MODEL_KEYS, load_pretrained=load_pretrained,

@@ -18,12 +18,13 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from poi_jax.data.features.base import Features
 from poi_jax.data import buckets
+from poi_jax.data.features.base import Features
 from poi_jax.data.loader import local_rows, eval_batches
 from poi_jax.data.shards import ShardError
-from poi_jax.train import placement, watchdog
-from poi_jax.train import splits as splits_lib
+from poi_jax.faults import watchdog
+from poi_jax.prepare import splits as splits_lib
+from poi_jax.train import placement
 
 
 def predict_by_shard(run, split, batch_size: int, *,

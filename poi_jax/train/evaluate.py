@@ -18,9 +18,10 @@ import jax
 from flax import nnx
 from tqdm import tqdm
 
+from poi_jax import faults, jax_internals
 from poi_jax.io import default_mode, write_json_atomic
-from poi_jax.train import eval_stream, export_files, placement
-from poi_jax.train import faults
+from poi_jax.model_files import export as export_files
+from poi_jax.train import eval_stream, placement
 from poi_jax.train.run import config_dict
 
 
@@ -92,9 +93,9 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
     tqdm.write(f"{'predictions' if not score else 'eval'} @ step {step} "
                f"({split.num_examples} of {split.num_in_source} questions) -> {out_dir}"
                + (f": {shown}" if shown else ""))
-    fn = getattr(run.sharded, "predict_step", None)
-    if hasattr(fn, "_cache_size"):
-      tqdm.write(f"compiled predict shapes: {fn._cache_size()} (length buckets "
+    shapes = jax_internals.compiled_shape_count(getattr(run.sharded, "predict_step", None))
+    if shapes is not None:
+      tqdm.write(f"compiled predict shapes: {shapes} (length buckets "
                  f"{','.join(map(str, run.task.buckets(config)))})")
   else:
     with tempfile.TemporaryDirectory() as scratch:
@@ -122,7 +123,8 @@ def export_best(run) -> None:
   model, _ = nnx.merge(sharded.graphdef, host)
   out = os.path.join(run.workdir, "export")
   run.task.export_pretrained(model, out, run.tokenizer)
-  export_files.write(out, model, run.workdir, best,
-                     checkpointer.manager.metrics(best) if best is not None else None)
+  if run.task.answers is not None:  # the Reader's files, for the tasks it serves
+    export_files.write(out, model, run.workdir, best,
+                       checkpointer.manager.metrics(best) if best is not None else None)
   tqdm.write(f"exported the {'best (step %d)' % best if best is not None else 'final'} "
              f"encoder to {out}")

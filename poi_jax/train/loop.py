@@ -1,6 +1,6 @@
 """The engine: ``train_and_evaluate(config, workdir, mode)`` for every Task.
 
-read -> feature shards (`poi_jax.train.splits`) -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
+read -> feature shards (`poi_jax.prepare.splits`) -> (train: sharded, jitted step with donated state; eval cadence; checkpoints)
 -> predict -> decode -> official metrics -> predictions in the workdir. The pieces live apart:
 
 * `poi_jax.train.run`: everything built and validated before compiling (`Run`).
@@ -12,7 +12,7 @@ read -> feature shards (`poi_jax.train.splits`) -> (train: sharded, jitted step 
 * `poi_jax.train.evaluate`: predict, decode, score, export.
 * this module: the mode dispatch and the training loop.
 
-Checkpoints (`poi_jax.train.checkpoint`): every ``train.save_every`` steps, at each eval (with its
+Checkpoints (`poi_jax.model_files.checkpoint`): every ``train.save_every`` steps, at each eval (with its
 metrics, for best-k), at the end, and on SIGTERM; a restart in the same workdir resumes from the
 latest one (parameters, optimizer state, dropout RNG, data position). Observability: the mesh and
 the parameter count at start; a tqdm bar (ETA, examples/s) on process 0; loss, learning rate,
@@ -21,9 +21,9 @@ gradient norm, examples/s and eval scores to ``metrics.jsonl`` and TensorBoard. 
 ``predict`` (``data.predict_file``, no answers needed; predictions only).
 
 Faults (docs/reliability.md): a non-finite loss or gradient norm stops the run at its step
-before anything non-finite is saved (`poi_jax.train.nonfinite`; ``optim.skip_nonfinite`` skips
+before anything non-finite is saved (`poi_jax.faults.nonfinite`; ``optim.skip_nonfinite`` skips
 such updates instead); a resume restores the newest intact checkpoint; failed writes raise
-`poi_jax.train.faults.WriteFailed`.
+`poi_jax.faults.WriteFailed`.
 """
 from __future__ import annotations
 
@@ -35,16 +35,16 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from poi_jax import faults, jax_internals
 from poi_jax.data import buckets
 from poi_jax.data.loader import BucketedTrainLoader, TrainLoader
-from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.faults import NoIntactCheckpoint
+from poi_jax.faults import nonfinite
+from poi_jax.faults import watchdog
+from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
-from poi_jax.train import faults
-from poi_jax.train import nonfinite
 from poi_jax.train import placement
 from poi_jax.train import step as step_lib
-from poi_jax.train import watchdog
-from poi_jax.train.faults import NoIntactCheckpoint
 from poi_jax.train.metrics import MetricWriter
 from poi_jax.train.run import MODES, Run, setup_run
 
@@ -116,7 +116,7 @@ def _closing(bar):
 
 def _check_finite(run: Run, window: list, step: int, *, params: bool = False) -> list:
   """The host copies of ``window`` (the outputs of the steps up to ``step``); raises
-  `poi_jax.train.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
+  `poi_jax.faults.NonFiniteLoss` at the first non-finite one (unless ``optim.skip_nonfinite``)
   and, with ``params``, when the state itself is not finite (before a save or an evaluation)."""
   vals = jax.device_get(window)
   skip = bool(run.config.optim.get("skip_nonfinite", False))
@@ -191,7 +191,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         timer = [time.time(), step]
       saving = (step % config.train.save_every == 0 or step == micro_total
                 or (has_eval and step % eval_every == 0) or preempt)
-      if saving:  # nothing non-finite is evaluated, saved or exported (train/nonfinite.py)
+      if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
         _check_finite(run, window, step, params=True)
       if step % config.train.log_every == 0 or step == micro_total:
         vals = _check_finite(run, window, step)
@@ -241,5 +241,4 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
 def compiled_shapes(sharded, step: str = "train_step") -> int:
   """How many shapes the jitted step has compiled in this process (one per length bucket and
   batch shape)."""
-  fn = getattr(sharded, step)
-  return int(fn._cache_size()) if hasattr(fn, "_cache_size") else 0
+  return jax_internals.compiled_shape_count(getattr(sharded, step)) or 0

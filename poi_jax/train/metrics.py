@@ -11,8 +11,8 @@ import os
 import tempfile
 import time
 
+from poi_jax import faults
 from poi_jax.io import default_mode
-from poi_jax.train import faults
 
 
 class MetricWriter:

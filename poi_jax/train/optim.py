@@ -40,7 +40,7 @@ def make_optimizer(optim: ml_collections.ConfigDict, total_steps: int
                   weight_decay=optim.weight_decay, mask=decay_mask))
   if optim.get("skip_nonfinite", False):
     # An update whose gradients hold a NaN / inf is dropped (parameters and moments unchanged)
-    # and counted in the state (`poi_jax.train.nonfinite.skipped_updates`). Never give up and
+    # and counted in the state (`poi_jax.faults.nonfinite.skipped_updates`). Never give up and
     # apply one: the loop stops if the parameters themselves stop being finite.
     tx = optax.apply_if_finite(tx, max_consecutive_errors=2**31 - 1)
   if optim.accum_steps > 1:

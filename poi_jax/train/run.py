@@ -19,12 +19,12 @@ from flax import nnx
 from poi_jax import tasks
 from poi_jax.data import pos
 from poi_jax.io import write_json_atomic
+from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.models import build, encoders
-from poi_jax.train import checkpoint as ckpt_lib
+from poi_jax.prepare import splits as splits_lib
 from poi_jax.train import environment
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import optim
-from poi_jax.train import splits as splits_lib
 
 MODES = ("train", "eval", "train_and_eval", "predict")
 
@@ -136,7 +136,7 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
   check_batch_sizes(config, mesh)
   if tasks.uses_pos(config):
     pos.ensure_nltk_resources()  # fail now, not after minutes of tokenising
-  tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
+  tokenizer = build.load_tokenizer(config) if task.tokenizer_needed(config) else None
 
   if mode in ("eval", "predict") and not config.model.init_from \
       and not ckpt_lib.has_checkpoints(workdir):

@@ -63,10 +63,6 @@ PAPER_ENCODERS = {
         type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5, hidden_size=768,
         num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, hidden_act="gelu"),
 }
-# Options per question of the multiple-choice tasks (the probe record's; RACE 4, DREAM 3).
-CHOICE_OPTIONS = {"race": 4, "dream": 3}
-
-
 @dataclasses.dataclass(frozen=True)
 class Hardware:
   """One accelerator: dense bf16 peak (FLOP/s), memory (bytes), HBM bandwidth (bytes/s), the
@@ -129,18 +125,6 @@ def sizing_config(config: ml_collections.ConfigDict, mesh: Sequence[int], *,
   return c
 
 
-def _probe_records(task_name: str):
-  from poi_jax.data.records import ChoiceExample, SquadExample
-  words = " ".join(f"word{i % 50}" for i in range(400))
-  if task_name in CHOICE_OPTIONS:
-    return [ChoiceExample("q0", words, "what is it?",
-                          [f"option {k}" for k in range(CHOICE_OPTIONS[task_name])], 0, "probe")]
-  if task_name in ("newsqa", "nlquad"):
-    return [SquadExample("q0", "what is it?", words, [{"text": "word0", "answer_start": 0}],
-                         False, [], "probe", "probe")]
-  return []  # the extractive and NQ featurizers give their arrays' shapes for no record
-
-
 def batch_spec(config: ml_collections.ConfigDict, task=None) -> dict[str, jax.ShapeDtypeStruct]:
   """The model's batch arrays at ``train.batch_size`` (global) as ``ShapeDtypeStruct``s, plus
   ``example_mask``: the task's ``featurize`` on a probe record, with the offline MiniLM
@@ -149,7 +133,9 @@ def batch_spec(config: ml_collections.ConfigDict, task=None) -> dict[str, jax.Sh
   from poi_jax.models import encoders
   task = task or tasks.get_task(config.task)
   tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint("minilm"))
-  features = task.featurize(_probe_records(task.name), tok, config, is_training=True)
+  # The extractive and NQ featurizers give their arrays' shapes for no record.
+  probe = task.probe_records() if task.probe_records is not None else []
+  features = task.featurize(probe, tok, config, is_training=True)
   b = int(config.train.batch_size)
   spec = {k: jax.ShapeDtypeStruct((b,) + v.shape[1:], v.dtype)
           for k, v in features.arrays.items() if k in task.model_keys}

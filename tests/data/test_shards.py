@@ -1,4 +1,4 @@
-"""Feature shards (`poi_jax.data.shards`, `poi_jax.train.splits`): every task's shards hold bit for
+"""Feature shards (`poi_jax.data.shards`, `poi_jax.prepare.splits`): every task's shards hold bit for
 bit the arrays (and meta) its in-memory featurizer builds; grain reads the same rows; a corrupt
 or truncated shard is named and rebuilt byte-identical while whole shards are kept; a bad record
 stops the run before any training step; the key follows the data and the options."""
@@ -21,8 +21,9 @@ from configs import squad2 as squad2_config
 from poi_jax.data import shards
 from poi_jax.data.json_stream import load_json
 from poi_jax.data.records import DataError
+from poi_jax.models import build
+from poi_jax.prepare import splits as splits_lib
 from poi_jax.tasks import get_task
-from poi_jax.train import splits as splits_lib
 from tests.conftest import DATA, SQUAD
 from tests.data import nq_synthetic, qopn_fixtures
 from tests.tasks.narrativeqa_data import write_narrativeqa
@@ -111,7 +112,7 @@ def test_shards_hold_exactly_the_in_memory_features(name, files, tmp_path):
   module, variant, overrides = CASES[name]
   config = _configure(module.get_config(variant), tmp_path / "cache", **overrides(files))
   task = get_task(config.task)
-  tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
+  tokenizer = build.load_tokenizer(config) if task.tokenizer_needed(config) else None
   for split in ("train", "eval"):
     records = list(splits_lib.stream_records(task, config, split))
     expected = task.featurize(records, tokenizer, config, is_training=split == "train")
@@ -141,7 +142,7 @@ def squad_prepared(tmp_path_factory):
       "data.train_file": str(SQUAD), "data.max_train_examples": 20,
       "data.records_per_shard": 4})
   task = get_task("squad2")
-  tokenizer = splits_lib.load_tokenizer(config)
+  tokenizer = build.load_tokenizer(config)
   prepared = splits_lib.prepare_split(task, config, "train", tokenizer, progress=False)
   return config, task, tokenizer, prepared
 
@@ -242,5 +243,5 @@ def test_a_bad_record_mid_file_stops_before_any_training_step(tmp_path):
   assert str(bad) in str(e.value) and "question" in str(e.value)
   assert len(str(e.value).splitlines()) == 1
   assert not (workdir / "metrics.jsonl").exists()
-  from poi_jax.train import checkpoint as ckpt_lib
+  from poi_jax.model_files import checkpoint as ckpt_lib
   assert not ckpt_lib.has_checkpoints(str(workdir))

@@ -1,5 +1,5 @@
 """A stand-in for a multi-process training run, without a model: joins `jax.distributed`
-through `poi_jax.train.coordination` (as `poi_jax.main` does), starts the watchdog, and makes
+through `poi_jax.faults.coordination` (as `poi_jax.main` does), starts the watchdog, and makes
 "steps" that each report progress and all-gather across processes, as the training loop does.
 Run by tests/train/test_lost_process.py, two at a time:
 
@@ -22,7 +22,8 @@ def main(port: str, process_id: int, mode: str, watchdog_s: float, stuck_s: floa
   import numpy as np
   from jax.experimental import multihost_utils
 
-  from poi_jax.train import coordination, watchdog
+  from poi_jax.faults import coordination
+  from poi_jax.faults import watchdog
   coordination.initialize(f"127.0.0.1:{port}", 2, process_id, heartbeat_timeout_seconds=100)
   dog = watchdog.start(jax.process_index(), jax.process_count(), timeout_s=watchdog_s,
                        stuck_timeout_s=stuck_s)

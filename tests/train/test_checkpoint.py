@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from poi_jax.train.checkpoint import Checkpointer
+from poi_jax.model_files.checkpoint import Checkpointer
 
 
 class _Tiny(nnx.Module):

@@ -12,8 +12,8 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from poi_jax.train import faults
-from poi_jax.train.checkpoint import Checkpointer
+from poi_jax import faults
+from poi_jax.model_files.checkpoint import Checkpointer
 
 
 class _Tiny(nnx.Module):

@@ -54,7 +54,7 @@ def _pid_of(workdir, process_id) -> int | None:
 
 
 @pytest.mark.parametrize("victim", [
-    0,  # the coordinator, host of JAX's coordination service (poi_jax/train/coordination.py)
+    0,  # the coordinator, host of JAX's coordination service (poi_jax/faults/coordination.py)
     # the watchdog's heartbeat (slow; without a model: tests/train/test_lost_process.py)
     pytest.param(1, marks=pytest.mark.slow),
 ])

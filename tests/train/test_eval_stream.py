@@ -24,13 +24,14 @@ from poi_jax.data.features.base import Features
 from poi_jax.eval import choice, iou, rouge_bleu, spans, squad
 from poi_jax.eval import nq as nq_eval
 from poi_jax.io import write_json_atomic
+from poi_jax.models import build
+from poi_jax.prepare import splits as splits_lib
 from poi_jax.tasks import get_task
 from poi_jax.tasks import narrativeqa as nqa_task
 from poi_jax.tasks import squad as squad_task
 from poi_jax.train import eval_stream, placement
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import run as run_lib
-from poi_jax.train import splits as splits_lib
 from tests.conftest import SQUAD
 from tests.data import qopn_fixtures
 from tests.data.test_shards import CASES, _configure, files  # noqa: F401 (a fixture)
@@ -165,7 +166,7 @@ def streamed(files, tmp_path_factory):  # noqa: F811
       with config.unlocked():
         config.train.eval_batch_size = BATCH
       task = get_task(config.task)
-      tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
+      tokenizer = build.load_tokenizer(config) if task.tokenizer_needed(config) else None
       prepared = splits_lib.prepare_split(task, config, "eval", tokenizer, progress=False)
       split = run_lib.Split("eval", prepared, prepared.num_examples)
       shapes = _output_shapes(task, config, split)
@@ -215,6 +216,13 @@ def streamed(files, tmp_path_factory):  # noqa: F811
   finally:
     mp.undo()
   return out
+
+
+def test_every_registered_task_has_a_streamed_case():
+  """TASK_NAMES lists this file's cases; a task added to the registry without one fails here
+  instead of going untested."""
+  from poi_jax import tasks
+  assert set(tasks.names()) <= set(TASK_NAMES), set(tasks.names()) - set(TASK_NAMES)
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)

@@ -3,7 +3,7 @@ collectives), without a model (tests/train/distributed_driver.py: every step rep
 and all-gathers, as the training loop does). Four pairs run at once, sharing the start-up:
 
 * process 0, the coordinator, is SIGKILLed: the other prints one line naming it and exits 70
-  within seconds, instead of JAX's C++ fatal log (`poi_jax.train.coordination`); SIGSTOPped
+  within seconds, instead of JAX's C++ fatal log (`poi_jax.faults.coordination`); SIGSTOPped
   (the coordination service freezes with it): named after the watchdog's timeout (3 s here);
 * process 1 is SIGKILLed: process 0 names it after the watchdog's timeout (3 s here);
 * process 1 deadlocks at step 20 while alive: both name it after ``stuck_timeout_s`` (3 s here).
@@ -29,7 +29,7 @@ SCENARIOS = {
     "process_killed": ("run", (1, signal.SIGKILL), 3, 300),
     "stuck": ("hang", None, 30, 3),
 }
-LOST = 70  # poi_jax.train.faults.ProcessLost.exit_code
+LOST = 70  # poi_jax.faults.ProcessLost.exit_code
 
 
 def _start(name, index):

@@ -13,7 +13,8 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from poi_jax.train import nonfinite, optim
+from poi_jax.faults import nonfinite
+from poi_jax.train import optim
 from tests.train import engine_runs as er
 
 

@@ -41,7 +41,7 @@ def reference(tmp_path_factory):
   """An uninterrupted one-process run (in this process, as `--mode=prepare` runs it): 12 shards
   of 4 questions."""
   from configs import squad2
-  from poi_jax.train import prepare as prepare_lib
+  from poi_jax import prepare as prepare_lib
   workdir = tmp_path_factory.mktemp("prepare-one")
   config = squad2.get_config("tiny")
   with config.unlocked():

@@ -8,7 +8,7 @@ import builtins
 
 import pytest
 
-from poi_jax.train import prepare_beam
+from poi_jax.prepare import beam as prepare_beam
 from tests.train import engine_runs as er
 
 

@@ -156,7 +156,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
 
 
 def test_a_second_ctrl_c_stops_at_once():
-  from poi_jax.train.checkpoint import PreemptionWatcher
+  from poi_jax.model_files.checkpoint import PreemptionWatcher
   # What was there before (Python's default handler, or SIG_IGN when pytest was started as a
   # background job of a non-interactive shell, which ignores SIGINT in its children).
   before = signal.getsignal(signal.SIGINT)

@@ -3,8 +3,8 @@ SIGKILLed process: tests/train/test_distributed.py)."""
 import threading
 import time
 
-from poi_jax.train.faults import ProcessLost
-from poi_jax.train.watchdog import Watchdog
+from poi_jax.faults import ProcessLost
+from poi_jax.faults.watchdog import Watchdog
 
 
 class _FakeKV:
@@ -159,9 +159,9 @@ def test_stuck_timeout_0_turns_the_check_off():
 
 
 def test_the_coordinators_loss_is_named_from_its_silent_address():
-  """`poi_jax.train.coordination.verdict`: what JAX's client callback (or the terminate guard)
+  """`poi_jax.faults.coordination.verdict`: what JAX's client callback (or the terminate guard)
   prints. The real thing, with a SIGKILLed process 0: tests/train/test_lost_process.py."""
-  from poi_jax.train.coordination import coordinator_answers, verdict
+  from poi_jax.faults.coordination import coordinator_answers, verdict
   dog = Watchdog(1, 2, timeout_s=30, client=_FakeKV(), exit_fn=lambda code: None)
   dog.progress(7)
   line = verdict(1, 2, "10.0.0.1:1234", watchdog=dog, answers=lambda address: False)
@@ -183,7 +183,7 @@ def test_the_client_gets_the_callback_only_during_initialize():
   passes none) and puts the jaxlib function back afterwards; a jaxlib without the argument is
   left alone."""
   import types
-  from poi_jax.train import coordination
+  from poi_jax.faults import coordination
   calls = []
 
   def client(address, node_id, **kwargs):
@@ -229,7 +229,7 @@ def test_the_main_thread_is_seen_compiling_from_its_frames():
   import jax
   import jax.numpy as jnp
 
-  from poi_jax.train.watchdog import in_compiler
+  from poi_jax.faults.watchdog import in_compiler
   namespace: dict = {}
   exec(compile("import sys\nframe = sys._getframe()",
                "/site-packages/jax/_src/compiler.py", "exec"), namespace)

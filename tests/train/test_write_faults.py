@@ -9,9 +9,9 @@ import types
 
 import pytest
 
+from poi_jax import faults
 from poi_jax.tasks.base import Evaluator
 from poi_jax.train import evaluate as eval_lib
-from poi_jax.train import faults
 
 
 def _run(tmp_path, evaluator, mode="train_and_eval", output_dir=None):

@@ -1,11 +1,11 @@
 """The engine's data step: a config's splits as feature shards (`poi_jax.data.shards`), and what
-building them needs from the config (`load_tokenizer`, `with_cache_dir`).
+building them needs from the config (`with_cache_dir`; the tokenizer: `poi_jax.models.build.load_tokenizer`).
 
 ``prepare_split`` streams the task's records (``task.read``, caps applied while streaming), and
 builds the split's missing shards with the task's `ShardSpec` in ``data.num_workers`` worker
 processes; with N processes (``jax.process_count()``) each builds its own shards and all wait
-for the manifest. ``--mode=prepare`` (`poi_jax.train.prepare`) runs it alone for every split the
-config names, here or on Apache Beam (`poi_jax.train.prepare_beam`, which shares `split_plan`);
+for the manifest. ``--mode=prepare`` (`poi_jax.prepare`) runs it alone for every split the
+config names, here or on Apache Beam (`poi_jax.prepare.beam`, which shares `split_plan`);
 ``train``, ``eval``, ``train_and_eval`` and ``predict`` run it first, so ``prepare`` is optional.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import jax
 
 from poi_jax import tasks
 from poi_jax.data import shards
-from poi_jax.models import encoders
 
 SPLIT_FILES = {"train": "train_file", "eval": "eval_file", "predict": "predict_file"}
 
@@ -53,7 +52,7 @@ def stream_records(task, config, split: str) -> Iterable:
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
   """Where and how a split's shards are built: what `prepare_split` and the Beam pipeline
-  (`poi_jax.train.prepare_beam`) share, so both write the same directory, key and bytes."""
+  (`poi_jax.prepare.beam`) share, so both write the same directory, key and bytes."""
   spec: shards.ShardSpec
   key: str
   description: dict
@@ -71,7 +70,7 @@ def split_plan(task, config, split: str, tokenizer) -> SplitPlan:
   cache_dir = config.data.cache_dir
   if not cache_dir:
     raise ValueError("data.cache_dir is empty: the engine resolves it to <workdir>/cache "
-                     "(poi_jax.train.splits.with_cache_dir) before preparing")
+                     "(poi_jax.prepare.splits.with_cache_dir) before preparing")
   spec = task.shard_spec(config, tokenizer, split)
   skip, limit = split_caps(config, split)
   os.makedirs(cache_dir, exist_ok=True)
@@ -106,17 +105,6 @@ def prepare_split(task, config, split: str, tokenizer, *, records: Iterable | No
       progress=progress and jax.process_index() == 0, desc=f"{config.task} {split} shards")
   prepared.merge = plan.spec.merge
   return prepared
-
-
-def load_tokenizer(config):
-  name = config.model.tokenizer or config.model.init_from
-  if not name:
-    raise ValueError("model.tokenizer is empty and there is no model.init_from to take the "
-                     "tokenizer from")
-  tok = encoders.load.load_tokenizer(encoders.resolve_checkpoint(name))
-  if tok is None:
-    raise ValueError(f"no fast tokenizer found for {name!r}")
-  return tok
 
 
 def with_cache_dir(config, workdir: str):

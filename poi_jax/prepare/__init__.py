@@ -1,6 +1,6 @@
 """``--mode=prepare``: every split the config names as feature shards, built by this run's
-processes (`poi_jax.train.splits.prepare_split`) or by an Apache Beam pipeline
-(`poi_jax.train.prepare_beam`), the same shards either way; then the run stops. The engine's other
+processes (`poi_jax.prepare.splits.prepare_split`) or by an Apache Beam pipeline
+(`poi_jax.prepare.beam`), the same shards either way; then the run stops. The engine's other
 modes build the missing shards first (`poi_jax.train.run`), so it is optional.
 """
 from __future__ import annotations
@@ -9,8 +9,9 @@ import jax
 
 from poi_jax import tasks
 from poi_jax.data import pos, shards
-from poi_jax.train import prepare_beam
-from poi_jax.train import splits as splits_lib
+from poi_jax.models import build
+from poi_jax.prepare import beam as prepare_beam
+from poi_jax.prepare import splits as splits_lib
 
 
 def prepared_splits(config) -> list[str]:
@@ -22,12 +23,12 @@ def prepared_splits(config) -> list[str]:
 def prepare(config, workdir: str, *, beam_options: str = "") -> dict[str, shards.ShardedSplit]:
   """``--mode=prepare``: every split of the config as feature shards; prints one line each.
   ``beam_options`` (``--beam_pipeline_options``): build them with an Apache Beam pipeline
-  instead (`poi_jax.train.prepare_beam`), same shards."""
+  instead (`poi_jax.prepare.beam`), same shards."""
   task = tasks.get_task(config.task)
   config = splits_lib.with_cache_dir(config, workdir)
   if tasks.uses_pos(config):
     pos.ensure_nltk_resources()
-  tokenizer = splits_lib.load_tokenizer(config) if task.tokenizer_needed(config) else None
+  tokenizer = build.load_tokenizer(config) if task.tokenizer_needed(config) else None
   splits = prepared_splits(config)
   if not splits:
     raise ValueError("--mode=prepare: the config names no data file (data.train_file, "

@@ -28,9 +28,6 @@ MODEL_FILE = "poi_jax_model.safetensors"
 CONFIG_FILE = "poi_jax_config.json"
 READER_FILE = "reader.json"
 TUNED_KEY = "tuned_null_threshold"  # `poi_jax.eval.squad.tuned_null_threshold`'s key
-EXTRACTIVE = ("squad1", "squad2")
-CHOICE = ("race", "dream")
-READABLE = EXTRACTIVE + CHOICE  # the tasks `Reader` serves
 
 
 def null_threshold(config: dict, scores: dict | None) -> tuple[float, str]:
@@ -82,12 +79,10 @@ def write(directory: str, model: nnx.Module, workdir: str, step: int | None,
           scores: dict | None) -> None:
   """Writes the three files above into ``directory`` (atomically, each), from the model the
   export holds, ``<workdir>/config.json`` and the evaluation ``scores`` of checkpoint ``step``.
-  Nothing for a task the Reader does not serve (`READABLE`)."""
+  The engine calls it for the tasks the Reader serves (``Task.answers``)."""
   from safetensors.numpy import save_file
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
-  if config.get("task") not in READABLE:
-    return
   tmp = os.path.join(directory, f".tmp-{MODEL_FILE}")
   save_file(model_tensors(model), tmp)
   os.replace(tmp, os.path.join(directory, MODEL_FILE))

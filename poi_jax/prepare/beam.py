@@ -36,7 +36,8 @@ from typing import Any, Iterator
 from poi_jax import tasks
 from poi_jax.data import pos, shards
 from poi_jax.io import write_json_atomic
-from poi_jax.train import splits as splits_lib
+from poi_jax.models import build
+from poi_jax.prepare import splits as splits_lib
 
 
 def pipeline_options(text: str) -> list[str]:
@@ -103,7 +104,7 @@ def _beam_classes(beam):
       task = tasks.get_task(self.config.task)
       if tasks.uses_pos(self.config):
         pos.ensure_nltk_resources()
-      self.tokenizer = (splits_lib.load_tokenizer(self.config) if task.tokenizer_needed(self.config)
+      self.tokenizer = (build.load_tokenizer(self.config) if task.tokenizer_needed(self.config)
                         else None)
       self.spec = task.shard_spec(self.config, self.tokenizer, self.split)
 

@@ -5,7 +5,7 @@ reports a dead process.
 Why this module: JAX's client (jaxlib 0.10) ends the process as soon as its coordination service
 reports an error or stops answering, by default with ``LOG(FATAL)`` ("Terminating process because
 the JAX distributed service detected fatal errors", a C++ stack trace, SIGABRT), measured 0.01 to
-0.1 s after process 0 is SIGKILLed: before the watchdog (`poi_jax.train.watchdog`) can speak. The
+0.1 s after process 0 is SIGKILLed: before the watchdog (`poi_jax.faults.watchdog`) can speak. The
 client takes a ``missed_heartbeat_callback`` for that moment, but `jax.distributed.initialize`
 does not pass one, and the jaxlib 0.10 binding cannot hand the C++ ``absl::Status`` to a Python
 callback: the conversion throws (``std::bad_cast``) in the client's thread, which ends in
@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from poi_jax.train.faults import ProcessLost
+from poi_jax.faults import ProcessLost
 
 _CALLBACK_ARG = "missed_heartbeat_callback"
 _STATE: dict = {"address": None, "index": None, "count": None, "fired": threading.Lock()}
@@ -46,7 +46,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   """`jax.distributed.initialize(coordinator_address, num_processes, process_id, **timeouts)`
   (None: detected from the cluster's environment) with the one-line end described above."""
   import jax
-  from jax._src import distributed
+
+  from poi_jax import jax_internals
+  distributed = jax_internals.distributed_module()
   with _client_callback(distributed, _on_service_error):
     jax.distributed.initialize(coordinator_address, num_processes, process_id, **timeouts)
   _STATE.update(address=distributed.global_state.coordinator_address,
@@ -121,7 +123,7 @@ def _end(detail: str) -> None:
   if not _STATE["fired"].acquire(blocking=False):  # another thread is ending the process
     while True:
       time.sleep(60)
-  from poi_jax.train import watchdog as watchdog_lib
+  from poi_jax.faults import watchdog as watchdog_lib
   dog = watchdog_lib.active()
   index, count = _STATE["index"] or 0, _STATE["count"] or 0
   line = verdict(index, count, _STATE["address"], detail, watchdog=dog)

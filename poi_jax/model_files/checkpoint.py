@@ -26,8 +26,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from poi_jax import faults
 from poi_jax.io import write_json_atomic
-from poi_jax.train import faults
 
 
 class WorkdirError(ValueError):
@@ -192,7 +192,7 @@ class Checkpointer:
     """The newest checkpoint that restores completely: (step, state, meta); None when there is
     no checkpoint at all. A damaged one (files truncated or deleted, a save that never
     committed) is reported in one line and the one before it is tried; when every checkpoint is
-    damaged, `poi_jax.train.faults.NoIntactCheckpoint` (never a silent start from scratch)."""
+    damaged, `poi_jax.faults.NoIntactCheckpoint` (never a silent start from scratch)."""
     steps = sorted(self.manager.all_steps(), reverse=True)
     damaged = []
     for step in steps:

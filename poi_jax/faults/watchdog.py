@@ -16,7 +16,7 @@ process then prints one line naming the lost one (``lost process 1 of 2: no hear
 that would wait for the dead process). ``timeout_s`` sits below JAX's own heartbeat timeout
 (``distributed.heartbeat_timeout_s``), so the one line comes before JAX's abort. The loss of
 process 0 itself (the host of the coordination service) is said by
-`poi_jax.train.coordination`, which JAX's client calls within a second; it names the step from
+`poi_jax.faults.coordination`, which JAX's client calls within a second; it names the step from
 here.
 
 A process that is alive but stuck (a deadlocked input pipeline, a hang in Python: its heartbeat
@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 
-from poi_jax.train.faults import ProcessLost
+from poi_jax.faults import ProcessLost
 
 _PREFIX = "poi_jax/alive/"
 _VERDICT = "poi_jax/verdict/"
@@ -95,8 +95,8 @@ def main_thread_compiling() -> bool:
 
 
 def _client():
-  from jax._src import distributed  # the client jax.distributed.initialize made
-  return distributed.global_state.client
+  from poi_jax import jax_internals  # the client jax.distributed.initialize made
+  return jax_internals.distributed_client()
 
 
 class Watchdog:

@@ -7,7 +7,7 @@ also checks the parameters themselves (`state_is_finite`: one reduction on the d
 a save that reads every array anyway), so no checkpoint, prediction or export is ever made from
 non-finite parameters.
 
-Default: stop (`poi_jax.train.faults.NonFiniteLoss`) naming the step and the last good checkpoint.
+Default: stop (`poi_jax.faults.NonFiniteLoss`) naming the step and the last good checkpoint.
 ``optim.skip_nonfinite``: `optax.apply_if_finite` drops every update whose gradients are not
 finite (the parameters and optimizer moments stay as they were); the count of skipped updates
 (`skipped_updates`, from that transformation's state) goes to ``metrics.jsonl`` as
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poi_jax.train.faults import NonFiniteLoss
+from poi_jax.faults import NonFiniteLoss
 
 
 def first_nonfinite(values: list[dict], last_step: int) -> tuple[int, dict] | None:
