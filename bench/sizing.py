@@ -8,11 +8,11 @@ whole paper run on named hardware.
   python bench/sizing.py --config=configs/race.py --topology=v5e:4x4 --config.model.remat=full
 
 Without ``--topology``: ``--mesh``'s product of simulated CPU devices (``XLA_FLAGS`` set before
-JAX starts); the projection is a roofline for each accelerator of `poi_jax.train.sizing.HARDWARE`
+JAX starts); the projection is a roofline for each accelerator of `poi_jax.sizing.HARDWARE`
 (a CPU compile picks CPU kernels: the GPU's cuDNN attention would hold less memory). With
 ``--topology`` (needs ``pip install ".[tpu-plan]"``, i.e. ``libtpu``): the slice's devices, the
 real TPU compiler; ``--mesh`` defaults to ``1,<chips>,1``. The library is
-`poi_jax.train.sizing` (and `poi_jax.train.hlo_stats` for the HLO reading); this is its CLI.
+`poi_jax.sizing` (and `poi_jax.sizing.hlo_stats` for the HLO reading); this is its CLI.
 
 FLOPs: ``cost`` is ``Compiled.cost_analysis()`` raw (a loop body counted once); ``hlo`` counts
 every dot/convolution times its loops' trip counts (the figure the projection uses); ``6NT`` is
@@ -105,7 +105,7 @@ def _loops(loops) -> str:
 
 
 def report(size, config, args) -> str:
-  from poi_jax.train import sizing
+  from poi_jax import sizing
   lines = []
   add = lines.append
   m = size.memory
@@ -194,7 +194,7 @@ def main():
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={n}").strip()
-  from poi_jax.train import sizing  # JAX starts here, after XLA_FLAGS
+  from poi_jax import sizing  # JAX starts here, after XLA_FLAGS
   devices = sizing.tpu_devices(args.topology) if args.topology else None
   mesh = ([int(x) for x in args.mesh.split(",")] if args.mesh
           else [1, len(devices), 1])

@@ -91,7 +91,7 @@ class Task:
     reader_featurize: ``(records, tokenizer, config, passages) -> Features`` or None (then
       ``featurize(..., is_training=False)``): the Reader's windows of ``records``, with
       ``passages`` a `poi_jax.data.features.passages.PassageCache` kept across calls.
-    probe_records: ``() -> records`` or None (no record): what `poi_jax.train.sizing` featurizes
+    probe_records: ``() -> records`` or None (no record): what `poi_jax.sizing` featurizes
       to learn the model's array shapes without data (a multiple-choice task's probe has its
       corpus's number of options).
   """

@@ -122,7 +122,7 @@ class ChoiceEvaluator(base.Evaluator):
 
 
 def probe_records(options: int):
-  """One question with ``options`` options (`poi_jax.train.sizing`'s shape probe)."""
+  """One question with ``options`` options (`poi_jax.sizing`'s shape probe)."""
   from poi_jax.data.records import ChoiceExample
   words = " ".join(f"word{i % 50}" for i in range(400))
   return lambda: [ChoiceExample("q0", words, "what is it?",

@@ -160,7 +160,7 @@ class QopnEvaluator(base.Evaluator):
 
 
 def probe_records():
-  """One answered question on a 400-word article (`poi_jax.train.sizing`'s shape probe)."""
+  """One answered question on a 400-word article (`poi_jax.sizing`'s shape probe)."""
   from poi_jax.data.records import SquadExample
   words = " ".join(f"word{i % 50}" for i in range(400))
   return [SquadExample("q0", "what is it?", words, [{"text": "word0", "answer_start": 0}],

@@ -44,8 +44,6 @@ from poi_jax.faults import watchdog
 from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import placement
-from poi_jax.train import step as step_lib
-from poi_jax.train.metrics import MetricWriter
 from poi_jax.train.run import MODES, Run, setup_run
 
 __all__ = ["MODES", "Preempted", "train_and_evaluate"]
@@ -67,14 +65,8 @@ def train_and_evaluate(config, workdir: str, mode: str = "train_and_eval", *,
   ``eval`` / ``predict`` write (default ``<workdir>/<mode>/<data name>-<step>``)."""
   run = setup_run(config, workdir, mode, output_dir)
   config = run.config
-  # Only training appends to the run's metrics; eval / predict write into their own directory.
-  run.writer = MetricWriter(workdir, enabled=run.is_chief and run.train is not None)
   results: dict = {}
   with jax.set_mesh(run.mesh):
-    run.sharded = step_lib.create_sharded_state(
-        run.model, run.optimizer, run.mesh, config.mesh.rules, run.batch_ndims(),
-        require_sharded_params=config.mesh.require_sharded_params)
-    run.model = run.optimizer = None  # the placed state is the only copy from here on
     try:
       if run.train is not None:
         results = train(run, evaluate_at_end=mode == "train_and_eval")
@@ -106,6 +98,65 @@ def _evaluate_checkpoint(run: Run) -> dict:
   return eval_lib.evaluate(run, step=step or 0, save=False)
 
 
+class Throughput:
+  """Examples a second over the steps since the last `restart`, so that compilation (the meter
+  restarts after the first step) and evaluations or checkpoint saves (it restarts after them)
+  are not counted."""
+
+  def __init__(self, step: int, batch_size: int):
+    self.batch_size = batch_size
+    self.restart(step)
+
+  def restart(self, step: int) -> None:
+    self.t0, self.step0 = time.time(), step
+
+  def examples_per_s(self, step: int) -> float | None:
+    """Since the last restart (None when no step was taken since)."""
+    if step <= self.step0:
+      return None
+    return (step - self.step0) * self.batch_size / max(time.time() - self.t0, 1e-9)
+
+
+def _train_loader(run: Run):
+  """The training batches, read from the feature shards (grain ArrayRecord source): batches of
+  similar lengths each cut to its bucket with ``data.bucket_training``, else plain batches."""
+  config = run.config
+  rows = run.train.shards.rows(run.task.model_keys)
+  bucket_lengths = run.task.buckets(config)
+  if buckets.enabled(bucket_lengths) and config.data.get("bucket_training", False):
+    return BucketedTrainLoader(
+        rows, config.train.batch_size, seed=config.seed,
+        lengths=run.train.shards.window_lengths(), buckets=bucket_lengths,
+        length_keys=run.task.length_keys, window_batches=config.data.bucket_window_batches,
+        process_index=jax.process_index(), process_count=jax.process_count())
+  return TrainLoader(rows, config.train.batch_size, seed=config.seed,
+                     process_index=jax.process_index(), process_count=jax.process_count())
+
+
+def _log_window(run: Run, window: list, step: int, loader, throughput: Throughput, bar) -> None:
+  """Logs the mean loss and gradient norm of the steps in ``window`` (their outputs, fetched
+  from the device now), the throughput and the learning rate, to the progress bar and to the
+  metric writer."""
+  config, sharded = run.config, run.sharded
+  skip_nonfinite = bool(config.optim.get("skip_nonfinite", False))
+  vals = _check_finite(run, window, step)
+  mean = nonfinite.finite_mean if skip_nonfinite else (lambda xs: float(np.mean(xs)))
+  loss = mean([float(v["loss"]) for v in vals])
+  gnorm = mean([float(v["grad_norm"]) for v in vals])
+  extra: dict = {}
+  if skip_nonfinite:
+    extra["nonfinite_skipped"] = nonfinite.skipped_updates(sharded.state) or 0
+  rate = throughput.examples_per_s(step)
+  if rate is not None:
+    extra["examples_per_s"] = rate
+  throughput.restart(step)
+  bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{extra.get('examples_per_s', 0.0):.1f}",
+                  epoch=f"{loader.epoch(step):.2f}")
+  run.writer.write(step, loss=loss, lr=float(run.schedule(step // run.accum)), grad_norm=gnorm,
+                   epoch=loader.epoch(step), compiled_train_shapes=compiled_shapes(sharded),
+                   **extra)
+
+
 @contextlib.contextmanager
 def _closing(bar):
   try:
@@ -134,19 +185,8 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   """The training loop: resume, step, log, evaluate every ``train.eval_every`` steps (default:
   each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C."""
   config, sharded, checkpointer, writer = run.config, run.sharded, run.checkpointer, run.writer
-  # The model's arrays, read batch by batch from the feature shards (grain ArrayRecord source).
-  rows = run.train.shards.rows(run.task.model_keys)
+  loader = _train_loader(run)
   bucket_lengths = run.task.buckets(config)
-  if buckets.enabled(bucket_lengths) and config.data.get("bucket_training", False):
-    # batches of similar lengths, each cut to its bucket
-    loader = BucketedTrainLoader(
-        rows, config.train.batch_size, seed=config.seed,
-        lengths=run.train.shards.window_lengths(), buckets=bucket_lengths,
-        length_keys=run.task.length_keys, window_batches=config.data.bucket_window_batches,
-        process_index=jax.process_index(), process_count=jax.process_count())
-  else:
-    loader = TrainLoader(rows, config.train.batch_size, seed=config.seed,
-                         process_index=jax.process_index(), process_count=jax.process_count())
   steps_per_epoch = max(loader.num_examples // config.train.batch_size, 1)
   eval_every = (config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch)
   micro_total = run.total_steps * run.accum  # loader batches; an update every `accum` of them
@@ -168,12 +208,9 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   results: dict = {}
   bar = tqdm(total=micro_total, initial=step, desc="train", unit="step", dynamic_ncols=True,
              disable=not run.is_chief)
-  # Throughput over the steps since the last log, excluding compilation (the timer starts after
-  # the first step) and evaluations / checkpoint saves (it restarts after them).
-  timer = [time.time(), step]
+  throughput = Throughput(step, config.train.batch_size)
   first_step = step + 1
   window: list = []  # step outputs since the last log, still on the device
-  skip_nonfinite = bool(config.optim.get("skip_nonfinite", False))
   with ckpt_lib.PreemptionWatcher() as watcher, _closing(bar):  # (closed before any error line)
     while step < micro_total:
       batch = placement.global_batch(next(loader), sharded.mesh)
@@ -181,36 +218,20 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       step += 1
       bar.update(1)
       window.append(out)
-      extra: dict = {}  # logged beside the loss
       # Progress for the stuck-process check (a Python counter): just before the step's
       # all-gather, so a process hung anywhere else in the step stays one step behind the others.
       watchdog.progress(step)
       preempt = watcher.requested()  # (one all-gather per step in a multi-process run)
       if step == first_step:  # compiled and ran: time from here
         jax.block_until_ready(out)
-        timer = [time.time(), step]
+        throughput.restart(step)
       saving = (step % config.train.save_every == 0 or step == micro_total
                 or (has_eval and step % eval_every == 0) or preempt)
       if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
         _check_finite(run, window, step, params=True)
       if step % config.train.log_every == 0 or step == micro_total:
-        vals = _check_finite(run, window, step)
-        loss = (nonfinite.finite_mean([float(v["loss"]) for v in vals]) if skip_nonfinite
-                else float(np.mean([v["loss"] for v in vals])))
-        gnorm = (nonfinite.finite_mean([float(v["grad_norm"]) for v in vals])
-                 if skip_nonfinite else float(np.mean([v["grad_norm"] for v in vals])))
-        if skip_nonfinite:
-          extra["nonfinite_skipped"] = nonfinite.skipped_updates(sharded.state) or 0
+        _log_window(run, window, step, loader, throughput, bar)
         window = []
-        if step > timer[1]:
-          extra["examples_per_s"] = ((step - timer[1]) * config.train.batch_size
-                                    / max(time.time() - timer[0], 1e-9))
-        timer = [time.time(), step]
-        bar.set_postfix(loss=f"{loss:.4f}", ex_s=f"{extra.get('examples_per_s', 0.0):.1f}",
-                        epoch=f"{loader.epoch(step):.2f}")
-        writer.write(step, loss=loss, lr=float(run.schedule(step // run.accum)), grad_norm=gnorm,
-                     epoch=loader.epoch(step), compiled_train_shapes=compiled_shapes(sharded),
-                     **extra)
       evaluated = False
       if has_eval and (step % eval_every == 0) and step < micro_total:
         results = eval_lib.evaluate(run, step=step, meta_fn=meta)
@@ -220,7 +241,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
                                                or step == micro_total):
         checkpointer.save(step, sharded.state, meta())  # (the final eval saves with its metrics)
       if evaluated or step % config.train.save_every == 0:
-        timer = [time.time(), step]
+        throughput.restart(step)
       if preempt:
         checkpointer.save(step, sharded.state, meta())
         bar.close()

@@ -20,11 +20,13 @@ from poi_jax import tasks
 from poi_jax.data import pos
 from poi_jax.io import write_json_atomic
 from poi_jax.model_files import checkpoint as ckpt_lib
-from poi_jax.models import build, encoders
+from poi_jax.models import build
 from poi_jax.prepare import splits as splits_lib
 from poi_jax.train import environment
 from poi_jax.train import mesh as mesh_lib
 from poi_jax.train import optim
+from poi_jax.train import step as step_lib
+from poi_jax.train.metrics import MetricWriter
 
 MODES = ("train", "eval", "train_and_eval", "predict")
 
@@ -46,9 +48,10 @@ class Split:
 
 @dataclasses.dataclass
 class Run:
-  """The pieces of one run of the engine. ``model``/``optimizer`` hold the initial (host) state
-  until the loop places them on the mesh (`poi_jax.train.step.create_sharded_state`) as
-  ``sharded``."""
+  """The pieces of one run of the engine, built once by `setup_run`. ``sharded`` holds the
+  model and optimizer state placed on the mesh (`poi_jax.train.step.create_sharded_state`, the
+  only copy: the host model is not kept) with the jitted steps; its ``state`` is the one thing
+  that changes as the loop steps."""
   config: ml_collections.ConfigDict
   workdir: str
   mode: str
@@ -60,27 +63,23 @@ class Run:
   tokenizer: Any
   train: Split | None
   eval: Split | None
-  model: nnx.Module
-  optimizer: nnx.Optimizer
   schedule: Callable[[int], Any]
   total_steps: int  # optimizer updates
   accum: int  # loader batches per optimizer update
   best_metric: str
   checkpointer: ckpt_lib.Checkpointer
-  # Set by the loop inside the mesh context: the placed state and jitted steps, the metric
-  # writer.
-  sharded: Any = None
-  writer: Any = None
+  sharded: Any  # step_lib.ShardedState
+  writer: MetricWriter  # metrics.jsonl + TensorBoard (training only; a no-op otherwise)
 
   @property
   def is_chief(self) -> bool:
     return jax.process_index() == 0
 
-  def batch_ndims(self) -> dict[str, int]:
-    """The model's batch arrays and their ranks."""
-    split = self.train or self.eval
-    return {k: len(shape) for k, shape in self.task.model_arrays(
-        split.shards.array_shapes()).items()}
+
+def batch_ndims(task, split: Split) -> dict[str, int]:
+  """The model's batch arrays and their ranks."""
+  return {k: len(shape) for k, shape in task.model_arrays(
+      split.shards.array_shapes()).items()}
 
 
 def check_batch_sizes(config, mesh) -> None:
@@ -206,9 +205,18 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
 
   tx, schedule = optim.make_optimizer(config.optim, total)
   optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  try:
+    with jax.set_mesh(mesh):  # placed: the host model and optimizer are not kept
+      sharded = step_lib.create_sharded_state(
+          model, optimizer, mesh, config.mesh.rules, batch_ndims(task, train or evaluation),
+          require_sharded_params=config.mesh.require_sharded_params)
+  except BaseException:
+    checkpointer.close()  # the loop closes it once the Run exists
+    raise
+  # Only training appends to the run's metrics; eval / predict write into their own directory.
+  writer = MetricWriter(workdir, enabled=jax.process_index() == 0 and train is not None)
   return Run(config=config, workdir=workdir, mode=mode, output_dir=output_dir, task=task,
-             mesh=mesh,
-             tokenizer=tokenizer, train=train, eval=evaluation, model=model,
-             optimizer=optimizer, schedule=schedule, total_steps=total,
-             accum=max(int(config.optim.accum_steps), 1),
-             best_metric=best_metric, checkpointer=checkpointer)
+             mesh=mesh, tokenizer=tokenizer, train=train, eval=evaluation, schedule=schedule,
+             total_steps=total, accum=max(int(config.optim.accum_steps), 1),
+             best_metric=best_metric, checkpointer=checkpointer, sharded=sharded,
+             writer=writer)

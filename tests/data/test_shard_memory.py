@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from poi_jax.data import shards
+from poi_jax.data.shards import build as shard_build
 from poi_jax.data.features.base import Features
 
 pytestmark = pytest.mark.required
@@ -63,7 +64,7 @@ def test_prepare_holds_one_shard_budget_not_the_shards_records(tmp_path, monkeyp
   """The default settings (here a 4 MiB shard budget, records_per_shard 1024) keep the peak of
   what `prepare` allocates under the budget plus a few records' features, where holding the
   shard's windows took all 48 records' (60 MiB)."""
-  monkeypatch.setattr(shards, "DEFAULT_SHARD_BYTES", BUDGET, raising=False)
+  monkeypatch.setattr(shard_build, "DEFAULT_SHARD_BYTES", BUDGET)
   import tqdm.auto  # noqa: F401  (imports are not what is measured)
   from array_record.python import array_record_module  # noqa: F401
   tracemalloc.start()
@@ -114,7 +115,7 @@ def test_workers_and_blocks_do_not_change_the_shards(tmp_path, monkeypatch):
   """2 worker processes (results in record order, a bounded number in flight) and 2 processes'
   blocks build byte for byte the shards of one process; the parent holds a bounded number of
   results."""
-  monkeypatch.setattr(shards, "GROUP_BYTES", 2 * RECORD_BYTES)
+  monkeypatch.setattr(shard_build, "GROUP_BYTES", 2 * RECORD_BYTES)
   one = _prepare(tmp_path / "one", records_per_shard=16, shard_bytes=BUDGET)
   tracemalloc.start()
   try:
@@ -131,7 +132,7 @@ def test_workers_and_blocks_do_not_change_the_shards(tmp_path, monkeypatch):
              for s in one.manifest["shards"])
   # Two processes (threads here, meeting at the barriers): process i builds blocks i, i+2.
   both, meet = tmp_path / "hosts", threading.Barrier(2, timeout=120)
-  monkeypatch.setattr(shards, "barrier", lambda name, count: meet.wait())
+  monkeypatch.setattr(shard_build, "barrier", lambda name, count: meet.wait())
   errors = []
 
   def host(i):

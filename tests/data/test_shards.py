@@ -19,6 +19,7 @@ from configs import nq as nq_config
 from configs import race as race_config
 from configs import squad2 as squad2_config
 from poi_jax.data import shards
+from poi_jax.data.shards import codec as shard_codec
 from poi_jax.data.json_stream import load_json
 from poi_jax.data.records import DataError
 from poi_jax.models import build
@@ -221,7 +222,7 @@ def test_rows_round_trip_and_group_size_one(tmp_path):
   for k, v in arrays.items():
     assert back[k].dtype == v.dtype and np.array_equal(back[k], v[::-1])
   path = str(tmp_path / "x.array_record")
-  assert shards._write_array_record(path, records) == 3
+  assert shard_codec._write_array_record(path, records) == 3
   import grain
   source = grain.sources.ArrayRecordDataSource([path])
   assert len(source) == 3 and source[2] == records[2]

@@ -1,7 +1,7 @@
 """A stand-in for a multi-process training run, without a model: joins `jax.distributed`
 through `poi_jax.faults.coordination` (as `poi_jax.main` does), starts the watchdog, and makes
 "steps" that each report progress and all-gather across processes, as the training loop does.
-Run by tests/train/test_lost_process.py, two at a time:
+Run by tests/faults/test_lost_process.py, two at a time:
 
   python -m tests.train.distributed_driver PORT PROCESS_ID MODE WATCHDOG_S STUCK_S
 

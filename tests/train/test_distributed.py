@@ -55,7 +55,7 @@ def _pid_of(workdir, process_id) -> int | None:
 
 @pytest.mark.parametrize("victim", [
     0,  # the coordinator, host of JAX's coordination service (poi_jax/faults/coordination.py)
-    # the watchdog's heartbeat (slow; without a model: tests/train/test_lost_process.py)
+    # the watchdog's heartbeat (slow; without a model: tests/faults/test_lost_process.py)
     pytest.param(1, marks=pytest.mark.slow),
 ])
 def test_a_killed_process_stops_the_other_in_one_line_and_the_run_resumes(tmp_path,

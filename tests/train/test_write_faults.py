@@ -1,7 +1,7 @@
 """A prediction write that fails (ENOSPC / EIO, injected) leaves the previous predictions in
 place, leaves no staging files behind, and stops with one line naming the path and the cause
 (the entry point prints every `RunFault` as its last line and exits 1:
-tests/train/test_nonfinite.py). Checkpoint writes: tests/train/test_checkpoint_faults.py."""
+tests/faults/test_nonfinite.py). Checkpoint writes: tests/model_files/test_checkpoint_faults.py."""
 import errno
 import json
 import os

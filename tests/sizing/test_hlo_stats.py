@@ -1,11 +1,11 @@
-"""`poi_jax.train.hlo_stats` (issue 39): a scanned layer stack's FLOPs are its body's times the
+"""`poi_jax.sizing.hlo_stats` (issue 39): a scanned layer stack's FLOPs are its body's times the
 trip count (XLA's cost analysis counts the body once), and collective bytes are read from the
 instructions, async pairs once, with their replica groups' sizes."""
 import jax
 import jax.numpy as jnp
 import pytest
 
-from poi_jax.train import hlo_stats
+from poi_jax.sizing import hlo_stats
 
 LAYERS, B, D = 6, 32, 256
 

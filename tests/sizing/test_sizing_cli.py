@@ -50,7 +50,8 @@ def test_a_tensorcore_device_gets_its_share_of_the_chip():
   half the chip's FLOP/s, memory and bandwidths, so a step that needs 20 GiB a device does not
   "fit" a 32 GiB chip; GPUs and one-core chips are unchanged."""
   import dataclasses
-  from poi_jax.train import hlo_stats, sizing
+  from poi_jax.sizing import hlo_stats
+  from poi_jax import sizing
   stats = hlo_stats.analyze("HloModule m\n\nENTRY %e () -> f32[] {\n  ROOT %c = f32[] constant(0)\n}\n")
   stats = dataclasses.replace(stats, matmul_flops=1e12)
   size = sizing.StepSize(

@@ -16,7 +16,7 @@ arrays come from the task itself: its ``featurize`` run on a probe record (`batc
 
 `size_step` returns a `StepSize`: per-device state bytes (from the shardings), the compiled
 memory (``memory_analysis``), FLOPs (``cost_analysis`` raw, which counts a loop body once, and
-`poi_jax.train.hlo_stats`' matmul FLOPs with every loop body times its trip count), a 6·N·tokens
+`poi_jax.sizing.hlo_stats`' matmul FLOPs with every loop body times its trip count), a 6·N·tokens
 estimate, the bytes of each collective kind, the arrays over 1M elements left replicated, and the
 attention kernel the mesh's platform chose (`poi_jax.layers.attention.choose`). `project` turns
 one into a step time on named hardware (`HARDWARE`, vendors' public figures) as a roofline.
@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from poi_jax.train import hlo_stats
+from poi_jax.sizing import hlo_stats
 from poi_jax.train import mesh as mesh_lib
 
 _COMMON = dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12,

@@ -160,7 +160,7 @@ def test_stuck_timeout_0_turns_the_check_off():
 
 def test_the_coordinators_loss_is_named_from_its_silent_address():
   """`poi_jax.faults.coordination.verdict`: what JAX's client callback (or the terminate guard)
-  prints. The real thing, with a SIGKILLed process 0: tests/train/test_lost_process.py."""
+  prints. The real thing, with a SIGKILLed process 0: tests/faults/test_lost_process.py."""
   from poi_jax.faults.coordination import coordinator_answers, verdict
   dog = Watchdog(1, 2, timeout_s=30, client=_FakeKV(), exit_fn=lambda code: None)
   dog.progress(7)

@@ -1,8 +1,8 @@
 """Child of test_tpu_sizing.py: compiles training steps for TPU slices that are not attached
-(`poi_jax.train.sizing`, the real TPU compiler from ``libtpu``) in one process, and prints one JSON
+(`poi_jax.sizing`, the real TPU compiler from ``libtpu``) in one process, and prints one JSON
 line per case. Also an fsdp all-gather of a known size (the collective reader's check).
 
-  python tests/train/tpu_sizing.py TOPOLOGY CONFIG [CONFIG ...]     # CONFIG: module:variants
+  python tests/sizing/tpu_sizing.py TOPOLOGY CONFIG [CONFIG ...]     # CONFIG: module:variants
 """
 import importlib
 import json
@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from poi_jax.train import hlo_stats, sizing
+from poi_jax.sizing import hlo_stats
+from poi_jax import sizing
 
 
 def all_gather_case(devices) -> dict:

@@ -4,7 +4,7 @@ of ``libtpu`` (the ``[tpu-plan]`` extra) for a v5e and a v4 slice of 4 chips wit
 an op or a sharding a TPU cannot run fails here, without a TPU (the default suite: one tiny step of
 each system, over the two generations; every other pair with `-m slow`). Each compiled step must fit a
 chip's HBM, pick no CPU kernel (``model.attention=auto`` chooses from the mesh's devices), leave
-no array over 1M elements replicated, and its matmul FLOPs (`poi_jax.train.hlo_stats`, loops
+no array over 1M elements replicated, and its matmul FLOPs (`poi_jax.sizing.hlo_stats`, loops
 times their trip counts) lie within a factor of the 6·N·tokens estimate: [0.7, 1.6] for the MiniLM
 steps; up to 4 for the tiny ones, whose 30522 x 32 word table's one-hot gradient is 2-3x the
 rest of a 64-wide model. One child process per slice compiles every case."""
