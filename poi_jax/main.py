@@ -31,6 +31,7 @@ file, the record or line and the field (`poi_jax.data.json_stream`): one ``error
 """
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -152,6 +153,9 @@ def init_distributed(config=None) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  # A native crash (a segmentation fault in a C++ library) prints every thread's Python stack to
+  # stderr, in every process of a run: the one trace a crash in the field leaves (issue 49).
+  faulthandler.enable(all_threads=True)
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every file operation at INFO
   config, workdir, mode = _CONFIG.value, _WORKDIR.value, _MODE.value

@@ -36,6 +36,7 @@ The main thread may see the loss first (a collective fails); `Watchdog.explain` 
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -46,6 +47,7 @@ from poi_jax.faults import ProcessLost
 _PREFIX = "poi_jax/alive/"
 _VERDICT = "poi_jax/verdict/"
 _RESUME = "Checkpoints saved so far are kept: run the same command again to resume"
+FINISHED = "finished"  # the phase of a process that is leaving normally (`Watchdog.finish`)
 
 
 def write_line(verdict: str) -> None:
@@ -148,6 +150,24 @@ class Watchdog:
   def stop(self) -> None:
     self._stop.set()
 
+  def finish(self) -> None:
+    """This process leaves normally: its heartbeat and watch threads are stopped and joined,
+    then one last beat says it finished, so the others never call it lost or stuck while they
+    finish. Run at exit, before ``jax.distributed``'s own atexit shutdown destroys the
+    coordination client: a heartbeat thread left running would call into the destroyed client
+    during interpreter shutdown, a native crash after the run's last step (issue 49)."""
+    self._stop.set()
+    for t in self._threads:
+      t.join(timeout=self.beat_s + 5.0)
+    self._threads = [t for t in self._threads if t.is_alive()]
+    self.phase = FINISHED
+    try:
+      self._client.key_value_set(
+          f"{_PREFIX}{self.index}", f"-1 {self.ticks} {-1 if self.step is None else self.step} "
+          f"{FINISHED} 0", allow_overwrite=True)
+    except Exception:  # the coordinator is gone: nothing to tell
+      pass
+
   def progress(self, step: int | None = None, phase: str = "training") -> None:
     """Called by the main thread at each training step and evaluation batch (cheap: no sync)."""
     self.ticks += 1
@@ -171,8 +191,8 @@ class Watchdog:
       beat, ticks, step, phase, compiling = _parse(values.get(f"{_PREFIX}{i}", ""))
       if beat != self._seen[i][0]:
         self._seen[i] = (beat, now)
-      if ticks != self._progress[i][0] or compiling:  # compiling is progress too
-        self._progress[i] = (ticks, step, phase, now)
+      if ticks != self._progress[i][0] or compiling or phase != self._progress[i][2]:
+        self._progress[i] = (ticks, step, phase, now)  # (compiling is progress too)
         self._behind[i] = None
     lead = max(p[0] for p in self._progress.values())
     for i, (ticks, *_rest) in self._progress.items():
@@ -212,7 +232,7 @@ class Watchdog:
               f"service){at}: no answer for {now - self._last_ok:.0f} s (stopped, hung, or its "
               f"host is unreachable){me}")
     for i, (_, when) in self._seen.items() if self.index == 0 else ():
-      if i != self.index and now - when > self.timeout_s:
+      if i != self.index and now - when > self.timeout_s and self._progress[i][2] != FINISHED:
         return (f"lost process {i} of {self.count}{at}: no heartbeat for {now - when:.0f} s "
                 f"(killed, crashed or its host is gone){me}")
     if self.index == 0 and self.stuck_timeout_s > 0:
@@ -223,7 +243,8 @@ class Watchdog:
     """The line for a process left behind for ``stuck_timeout_s`` while still beating."""
     for i, since in self._behind.items():
       fresh = i == self.index or now - self._seen[i][1] <= max(3 * self.beat_s, 3.0)
-      if since is None or not fresh or now - since <= self.stuck_timeout_s:
+      if (since is None or not fresh or now - since <= self.stuck_timeout_s
+          or self._progress[i][2] == FINISHED):
         continue
       _, step, phase, changed = self._progress[i]
       lead = max(range(self.count), key=lambda j: self._progress[j][0])
@@ -302,7 +323,18 @@ def start(process_index: int, process_count: int, *, timeout_s: float,
     return None
   _ACTIVE = Watchdog(process_index, process_count, timeout_s=timeout_s,
                      stuck_timeout_s=stuck_timeout_s).start()
+  # atexit runs last-registered first: this runs before jax.distributed's shutdown (registered
+  # by jax.distributed.initialize, which comes first), so the threads are gone before the client.
+  atexit.register(finish)
   return _ACTIVE
+
+
+def finish() -> None:
+  """`Watchdog.finish` of the process's watchdog, if any (registered at exit by `start`)."""
+  global _ACTIVE
+  if _ACTIVE is not None:
+    _ACTIVE.finish()
+    _ACTIVE = None
 
 
 def active() -> Watchdog | None:

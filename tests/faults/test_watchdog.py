@@ -258,3 +258,60 @@ def test_the_main_thread_is_seen_compiling_from_its_frames():
   later.start()
   later.join()
   assert after == [False]  # and not once it returned
+
+
+def test_a_finished_process_is_neither_lost_nor_stuck_and_its_threads_are_gone():
+  """`Watchdog.finish` (at exit): the threads are joined, and a last beat says the process
+  finished, so the other process, still at work, never names it lost or stuck."""
+  kv = _FakeKV()
+  dogs, exits = _pair(kv)
+  dogs[0].stuck_timeout_s = 0.3
+  for d in dogs:
+    d.start()
+  time.sleep(0.2)
+  dogs[1].finish()
+  assert not any(t.is_alive() for t in dogs[1]._threads)
+  assert kv.values["poi_jax/alive/1"].split()[3] == "finished"
+  for _ in range(20):  # process 0 goes on stepping, far past process 1
+    dogs[0].progress(step=_)
+    time.sleep(0.05)
+  assert exits == {0: [], 1: []} and dogs[0].verdict is None
+  dogs[0].finish()
+
+
+def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path):
+  """The race behind the resumed task's segmentation fault (issue 49): jax.distributed's atexit
+  shutdown destroys the coordination client while the heartbeat thread, a daemon, may still be
+  inside it. Here a fake client that was destroyed aborts the process when called, as a freed
+  C++ client would crash it; `poi_jax.faults.watchdog.start` registers `finish` at exit, after
+  the client's own shutdown (as jax.distributed.initialize's comes first), so it runs first and
+  the process exits cleanly. Without it (the old code) the beat thread, beating every
+  millisecond, calls the destroyed client and the process aborts."""
+  import subprocess
+  import sys
+  script = tmp_path / "race.py"
+  script.write_text(
+      "import atexit, os, time\n"
+      "from poi_jax.faults import watchdog\n"
+      "class Client:\n"
+      "  destroyed = False\n"
+      "  def key_value_set(self, *a, **k):\n"
+      "    if self.destroyed: os.abort()\n"
+      "    time.sleep(0.0005)\n"
+      "  def key_value_dir_get(self, prefix):\n"
+      "    if self.destroyed: os.abort()\n"
+      "    return []\n"
+      "client = Client()\n"
+      "def shutdown():  # jax.distributed's atexit shutdown\n"
+      "  client.destroyed = True\n"
+      "  time.sleep(0.2)  # the rest of interpreter shutdown, threads still scheduled\n"
+      "atexit.register(shutdown)\n"
+      "watchdog._client = lambda: client\n"
+      "dog = watchdog.start(1, 2, timeout_s=60.0)\n"
+      "dog.beat_s = 0.001\n"
+      "time.sleep(0.2)\n")
+  r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                     cwd=str(tmp_path), env={**__import__("os").environ,
+                                             "PYTHONPATH": str(__import__("pathlib").Path(
+                                                 __file__).resolve().parents[2])})
+  assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
