@@ -5,6 +5,7 @@
 # step by model part; BERT-large at 32 x 384 bf16. Each table goes to $OUT/<n>-<name>.txt.
 #
 #   source experiments/device_setup.sh && bash bench/gpu_speed.sh     # the `run` tool's command
+#   STEPS="1 2 3" bash bench/gpu_speed.sh      # some tables only (numbers as in the file names)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-speed}
 mkdir -p "$OUT"
@@ -14,8 +15,9 @@ python3 -c "import jax, flax, torch, transformers; print('jax', jax.__version__,
 flax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$OUT/0-device.txt"
 status=0
-step() {  # NAME ARGS...: one table, its wall time on the last line
+step() {  # NAME ARGS...: one table, its wall time on the last line (skipped if not in STEPS)
   local name=$1; shift
+  [[ " ${STEPS:-1 2 3 4 5} " == *" ${name%%-*} "* ]] || return 0
   local t0=$SECONDS
   "$@" 2>&1 | grep -v -e '^WARNING' -e 'TPU' | tee "$OUT/$name.txt" || status=1
   echo "# wall $((SECONDS - t0)) s" | tee -a "$OUT/$name.txt"
@@ -24,8 +26,10 @@ step 1-minilm-bf16 $S --shape=minilm --steps=20 --dtype=bfloat16 \
   --torch_compile=default,reduce-overhead --profile_dir=/tmp/prof
 step 2-minilm-bf16-profile python3 bench/step_profile.py /tmp/prof/bf16 --top=25
 # the trace and the compiled HLO come back too, for a closer look (8 files in all)
-find /tmp/prof/bf16 -name '*.trace.json.gz' | head -1 | xargs -I{} cp {} "$OUT/prof-bf16.trace.json.gz"
-cp /tmp/prof/bf16/step.hlo.txt "$OUT/prof-bf16.hlo.txt"
+if [ -d /tmp/prof/bf16 ]; then
+  find /tmp/prof/bf16 -name '*.trace.json.gz' | head -1 | xargs -I{} cp {} "$OUT/prof-bf16.trace.json.gz"
+  cp /tmp/prof/bf16/step.hlo.txt "$OUT/prof-bf16.hlo.txt"
+fi
 step 3-minilm-none-bf16 $S --shape=minilm --steps=20 --dtype=bfloat16 --head=none
 step 4-minilm-f32 $S --shape=minilm --steps=20 --dtype=float32
 step 5-bert-large-bf16 $S --shape=bert-large --steps=10 --dtype=bfloat16

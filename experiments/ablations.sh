@@ -11,7 +11,10 @@
 # directories; 5 seeds in 9 minutes of an H200), dreamsel (the DREAM claim's learning-rate
 # selection, "each arm at its best": the plain encoder and POI-Net at each rate of LRS, default
 # 1e-5 2e-5 3e-5 5e-5, trained on 90% of the training dialogues and scored on the other 10%,
-# SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), squad2 (plain encoder, POI-Net without POS,
+# SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), dreambest
+# (the evaluation stage after dreamsel: each arm at its chosen rate, ENC_LR for the plain encoder,
+# POI_LR for POI-Net, either left unset to skip that arm, train -> dev, SEEDS default 5),
+# squad2 (plain encoder, POI-Net without POS,
 # POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
 # probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
 # workdir-ablations/<name>/ and packs the small result files (tables, eval_results.json,
@@ -28,7 +31,7 @@
 # blocks and the window only).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel squad2 nq squad1cpu qopncpu probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest squad2 nq squad1cpu qopncpu probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -51,7 +54,7 @@ if [ "$cmd" = carry ]; then
   rm -rf .carry && mkdir -p .carry /tmp/ablation-data
   wheels
   case $what in
-    dream|dream1|dream2|dreamsel)
+    dream|dream1|dream2|dreamsel|dreambest)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
       python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
@@ -136,6 +139,17 @@ case $what in
       --config.model.init_from=$MINILM --config.data.train_file=$DATA/dream/train.json \
       --config.data.eval_file=$DATA/dream/dev.json --config.train.max_steps=-1 \
       --config.train.epochs=3 --config.data.max_seq_length=256 --config.train.batch_size=16 $ONCE ;;
+  dreambest)  # dreamsel's evaluation stage: dream's settings, each arm at its own chosen rate
+    local cells=()
+    [ -n "${ENC_LR:-}" ] && cells+=(--cell "model.head=none model.pos_embedding=false optim.lr=$ENC_LR")
+    [ -n "${POI_LR:-}" ] && cells+=(--cell "model.head=poi model.pos_embedding=true optim.lr=$POI_LR")
+    [ ${#cells[@]} -gt 0 ] || { echo "dreambest: set ENC_LR and/or POI_LR" >&2; return 2; }
+    $RUN --seeds=${SEEDS:-5} --config=configs/dream.py:minilm "${cells[@]}" \
+      --parallel=${PARALLEL:-$(( ${SEEDS:-5} * ${#cells[@]} / 2 ))} --metrics=accuracy \
+      --workdir=$W/dreambest -- --config.model.init_from=$MINILM \
+      --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
+      --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
+      --config.train.batch_size=16 $ONCE ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=false" \
