@@ -73,19 +73,18 @@ while (( ${#live[@]} > 0 )); do
   next=()
   for pid in "${live[@]}"; do [[ "${pid}" != "${done_pid}" ]] && next+=("${pid}"); done
   live=("${next[@]}")
-  # (a success, or a failure after the first one that is no better cause than it)
-  if [[ "${rc}" == 0 ]] || [[ "${status}" != 0 && ( "${status}" != "${LOST}" \
-                                                   || "${rc}" == "${LOST}" ) ]]; then
-    continue
-  fi
-  status="${rc}"
+  [[ "${rc}" == 0 ]] && continue
   for ((i = 0; i < NPROCS; i++)); do [[ "${pids[$i]}" == "${done_pid}" ]] && failed=$i; done
   why="status ${rc}"
   if (( rc > 128 )); then why+=" ($(kill -l $((rc - 128)) 2>/dev/null || echo signal))"; fi
-  if [[ -n "${killer:-}" ]]; then
+  if [[ "${status}" != 0 ]]; then
+    # every failure is named (a crash after the first failure is not hidden), and a later cause
+    # (not 70) replaces a first "stopped because another was lost"
     echo "process ${failed:-?} failed with ${why}" >&2
+    if [[ "${status}" == "${LOST}" && "${rc}" != "${LOST}" ]]; then status="${rc}"; fi
     continue
   fi
+  status="${rc}"
   echo "process ${failed:-?} failed with ${why}; stopping the others (${GRACE_S}s grace)" >&2
   # (Its own stdio, and its sleep ended with it: a caller reading the launcher's output must
   # not wait GRACE_S for a sleep that still holds the pipe.)
