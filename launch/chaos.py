@@ -21,7 +21,10 @@ new workdir. Checked in every cycle:
 - **hang**: the launcher still running ``--hang_s`` after the signal (default: the watchdog's
   timeout + the launcher's grace + 30 s);
 - **one line**: every process that ended with an error ends its log with one line that says why
-  (``error: ...`` or ``SIGTERM: checkpoint N saved ...``);
+  (``error: ...`` or ``SIGTERM: checkpoint N saved ...``), except the process that was sent
+  the signal and died of it (the launcher's line names it: ``process 1 failed with status 137
+  (KILL)``, srun's ``task 1: Killed``) and, under SLURM, tasks that srun itself terminated
+  because another task failed (``--kill-on-bad-exit``);
 - **no checkpoint lost or damaged**: the newest checkpoint committed before the signal is still
   there, the resume restores the newest one present (``resumed from checkpoint N``), and nothing
   is set aside as damaged;
@@ -67,6 +70,7 @@ WORKLOAD = ["--config=configs/squad2.py:tiny", "--mode=train_and_eval",
 OK_STATUS = {0, 70, 128 + signal.SIGTERM}
 CRASH_TEXT = ("Fatal Python error", "Segmentation fault", "Traceback (most recent call last)",
               "core dumped", "terminate called")
+JOINED = "joined the run"  # printed by each process once jax.distributed is up and watched
 ONE_LINE = re.compile(r"^(error: |SIGTERM: checkpoint \d+ saved|SIGINT: checkpoint \d+ saved)")
 
 
@@ -105,9 +109,15 @@ def committed_steps(workdir: pathlib.Path) -> list[int]:
   return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else []
 
 
-def saving(workdir: pathlib.Path) -> bool:
+def saving(workdir: pathlib.Path, since: float = 0.0) -> bool:
+  """Whether orbax is writing a checkpoint (a temporary directory made after ``since``: one left
+  by a save an earlier kill cut short is removed by the next start, not written to)."""
   d = workdir / "checkpoints"
-  return d.is_dir() and any(".orbax-checkpoint-tmp" in p.name for p in d.iterdir())
+  try:
+    return d.is_dir() and any(".orbax-checkpoint-tmp" in p.name and p.stat().st_mtime >= since
+                              for p in d.iterdir())
+  except OSError:  # (renamed into place while listed)
+    return False
 
 
 def find_processes(workdir: pathlib.Path) -> dict[int, int]:
@@ -184,7 +194,7 @@ def phase_now(workdir: pathlib.Path, attempt: Attempt, rows_before: int) -> str:
   log0 = attempt.log(0)
   if "compiled step shapes:" in log0:
     return "shutdown"
-  if saving(workdir):
+  if saving(workdir, attempt.started):
     return "save"
   if log0.rfind("eval @") > log0.rfind("train:"):  # (a resumed run may evaluate first)
     return "eval"
@@ -210,7 +220,7 @@ def wait_for_phase(phase: str, workdir: pathlib.Path, attempt: Attempt, rows_bef
         time.sleep(rng.uniform(0, 0.2))
         return True
       rows_before = len(rows)
-    elif phase == "save" and saving(workdir):
+    elif phase == "save" and saving(workdir, attempt.started):
       return True
     elif phase == "eval" and log0.rfind("eval @") > log0.rfind("train:"):
       time.sleep(rng.uniform(0, 0.3))
@@ -243,12 +253,21 @@ def check_exit(launcher: Launcher, attempt: Attempt, signum: int | None,
   """The processes' ends and what is wrong with them."""
   problems = []
   statuses = launcher.statuses(attempt)
+  # srun ends the whole step when one task fails (--kill-on-bad-exit=1): the others get its
+  # SIGTERM, and srun's lines name the task that failed first
+  step_ended_by_srun = bool(re.search(r"Terminating StepId|CANCELLED AT",
+                                      read(attempt.logs / "launcher.log")
+                                      + "".join(attempt.log(i) for i in range(launcher.nprocs))))
   for i in range(launcher.nprocs):
     text = attempt.log(i)
     status = statuses.get(i, "0")
     sent = i in signalled and signum is not None
     allowed = OK_STATUS | ({128 + signum} if sent else set())
-    if launcher.kind == "local" and status == "137" and not sent:
+    if launcher.kind == "local" and status == "137" and not sent and JOINED not in text:
+      pass  # killed by the launcher before it joined the run: jax.distributed.initialize waits
+      # for a coordinator that died before it listened (a slow one looks the same) up to
+      # distributed.initialization_timeout_s; the launcher's grace ends it (docs/reliability.md)
+    elif launcher.kind == "local" and status == "137" and not sent:
       problems.append(f"hang: process {i} did not stop by itself; the launcher killed it after "
                       f"its grace")
     elif not status.isdigit() or int(status) not in allowed:
@@ -256,7 +275,9 @@ def check_exit(launcher: Launcher, attempt: Attempt, signum: int | None,
     for mark in CRASH_TEXT:
       if mark in text:
         problems.append(f"crash: process {i}'s log holds '{mark}'")
-    if status.isdigit() and int(status) not in (0, 137) and not (sent and signum == signal.SIGKILL):
+    by_signal_sent = sent and status == str(128 + signum)  # (named by the launcher's line)
+    by_srun = launcher.kind == "slurm" and status == "143" and step_ended_by_srun
+    if status.isdigit() and int(status) not in (0, 137) and not by_signal_sent and not by_srun:
       line = last_line(text)
       if not ONE_LINE.match(line):
         problems.append(f"no one-line cause: process {i} ended with {status}, last line {line!r}")

@@ -148,6 +148,9 @@ def init_distributed(config=None) -> None:
   watchdog.start(jax.process_index(), jax.process_count(),
                  timeout_s=float(section.get("watchdog_timeout_s", 0)),
                  stuck_timeout_s=float(section.get("stuck_timeout_s", 0)))
+  # (in each process's log: from here on a lost process is named by the others; before it,
+  # jax.distributed.initialize waits for the coordinator up to initialization_timeout_s)
+  print(f"process {jax.process_index()} of {jax.process_count()} joined the run", flush=True)
 
 
 def main(argv):
@@ -196,7 +199,7 @@ def main(argv):
     _stop_the_other_processes(f"error: {e}", e.exit_code)
     return e.exit_code
   except loop.Preempted as e:
-    print(f"{e}: checkpoint saved, run the same command to resume", file=sys.stderr)
+    print(e, file=sys.stderr, flush=True)  # SIGTERM: checkpoint 57 saved in ...; run ...
     return 128 + e.signum
   except KeyboardInterrupt:
     print("interrupted (Ctrl-C): stopped; checkpoints saved so far are kept", file=sys.stderr)

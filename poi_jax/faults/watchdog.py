@@ -46,6 +46,7 @@ from poi_jax.faults import ProcessLost
 
 _PREFIX = "poi_jax/alive/"
 _VERDICT = "poi_jax/verdict/"
+_ALL_FINISHED = "poi_jax/all_finished/"  # posted by process 0 once every process finished
 _RESUME = "Checkpoints saved so far are kept: run the same command again to resume"
 FINISHED = "finished"  # the phase of a process that is leaving normally (`Watchdog.finish`)
 
@@ -138,6 +139,7 @@ class Watchdog:
     self._last_ok = now
     self.posted: str | None = None  # a verdict posted by another process (or its error)
     self._threads: list[threading.Thread] = []
+    self._all_finished = threading.Event()
 
   def start(self) -> "Watchdog":
     self._client = self._client or _client()
@@ -151,11 +153,18 @@ class Watchdog:
     self._stop.set()
 
   def finish(self) -> None:
-    """This process leaves normally: its heartbeat and watch threads are stopped and joined,
-    then one last beat says it finished, so the others never call it lost or stuck while they
-    finish. Run at exit, before ``jax.distributed``'s own atexit shutdown destroys the
-    coordination client: a heartbeat thread left running would call into the destroyed client
-    during interpreter shutdown, a native crash after the run's last step (issue 49)."""
+    """This process leaves normally: one beat says it finished, and it waits (at most twice
+    ``timeout_s``) while the others finish too, still watching, so that a process lost now (a
+    kill as the run ends) is named in one line instead of leaving the others in JAX's shutdown
+    barrier for ``distributed.shutdown_timeout_s``. Then its heartbeat and watch threads are
+    stopped and joined, and a last beat says it finished, so the others never call it lost or
+    stuck while they finish. Run at exit, before ``jax.distributed``'s own atexit shutdown
+    destroys the coordination client: a heartbeat thread left running would call into the
+    destroyed client during interpreter shutdown, a native crash after the run's last step
+    (issue 49). A process that stops with an error (`announce`) does not wait."""
+    if self._threads and not self._stop.is_set():
+      self.phase = FINISHED  # published by the next beat
+      self._all_finished.wait(2 * self.timeout_s + 2 * self.beat_s)
     self._stop.set()
     for t in self._threads:
       t.join(timeout=self.beat_s + 5.0)
@@ -194,6 +203,10 @@ class Watchdog:
       if ticks != self._progress[i][0] or compiling or phase != self._progress[i][2]:
         self._progress[i] = (ticks, step, phase, now)  # (compiling is progress too)
         self._behind[i] = None
+    if (not self._all_finished.is_set()
+        and all(p[2] == FINISHED for p in self._progress.values())):
+      self._all_finished.set()  # every process has finished: the others may leave too
+      self._client.key_value_set(f"{_ALL_FINISHED}0", "1", allow_overwrite=True)
     lead = max(p[0] for p in self._progress.values())
     for i, (ticks, *_rest) in self._progress.items():
       if ticks < lead and self._behind[i] is None:  # (compiling: reset above, every beat)
@@ -214,6 +227,9 @@ class Watchdog:
         verdict = dict(self._client.key_value_dir_get(_VERDICT))
         if verdict:
           self.posted = next(iter(verdict.values()))
+        if self.phase == FINISHED and self.index != 0 and not self._all_finished.is_set() \
+            and self._client.key_value_dir_get(_ALL_FINISHED):
+          self._all_finished.set()
         self._last_ok = now
       except Exception:  # the coordinator is gone or unreachable: `_watch` decides when
         pass

@@ -246,9 +246,9 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         checkpointer.save(step, sharded.state, meta())
         bar.close()
         signum = watcher.signum or signal.SIGTERM  # (another process got it)
-        print(f"{signal.Signals(signum).name}: checkpoint {step} saved in {run.workdir}; run the "
-              f"same command again to resume")
-        raise Preempted(f"stopped at step {step}", signum)
+        # (the process's last line, printed by the entry point: docs/reliability.md)
+        raise Preempted(f"{signal.Signals(signum).name}: checkpoint {step} saved in "
+                        f"{run.workdir}; run the same command again to resume", signum)
   bar.close()
   if evaluate_at_end and has_eval:
     results = eval_lib.evaluate(run, step=step, meta_fn=meta)

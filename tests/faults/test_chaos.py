@@ -62,7 +62,8 @@ def test_a_kill_with_the_survivor_naming_it_passes(tmp_path):
      {0: "Traceback (most recent call last):\n  ...\nRuntimeError: gloo\n", 1: ""}, "traceback"),
     # a survivor the launcher had to kill: it did not stop by itself
     ("process 1 failed with status 137 (KILL); stopping the others\n"
-     "process 0 failed with status 137 (KILL)\n", {0: "train: ...\n", 1: ""}, "hang: process 0"),
+     "process 0 failed with status 137 (KILL)\n", {0: "process 0 of 2 joined the run\ntrain: ...\n",
+                                                    1: ""}, "hang: process 0"),
     # a survivor that exits 1 without saying why in one line
     ("process 1 failed with status 137 (KILL); stopping the others\n"
      "process 0 failed with status 1\n", {0: "train: 40%\n", 1: ""}, "crash: process 0 ended with 1"),
@@ -71,6 +72,16 @@ def test_each_kind_of_bad_exit_is_caught(tmp_path, launcher_log, logs, expected)
   a = _attempt(tmp_path, launcher_log, logs)
   _, problems = chaos.check_exit(chaos.Launcher("local", 2, {}), a, 9, {1})
   assert any(expected.lower() in p.lower() for p in problems), problems
+
+
+def test_a_survivor_killed_by_the_launcher_before_it_joined_is_not_a_hang(tmp_path):
+  """The coordinator died during start-up, before the survivor's jax.distributed.initialize
+  returned: the survivor waits for it (a slow coordinator looks the same) until the launcher's
+  grace ends it; its watchdog never ran."""
+  a = _attempt(tmp_path, "process 0 failed with status 143 (TERM); stopping the others\n"
+               "process 1 failed with status 137 (KILL)\n", {0: "", 1: ""})
+  _, problems = chaos.check_exit(chaos.Launcher("local", 2, {}), a, 15, {0})
+  assert problems == []
 
 
 def test_slurm_task_lines_are_read_as_statuses(tmp_path):

@@ -279,6 +279,38 @@ def test_a_finished_process_is_neither_lost_nor_stuck_and_its_threads_are_gone()
   dogs[0].finish()
 
 
+def test_processes_finishing_together_leave_at_once():
+  kv = _FakeKV()
+  dogs, exits = _pair(kv, timeout_s=5.0)
+  for d in dogs:
+    d.start()
+  t0 = time.monotonic()
+  leaving = [threading.Thread(target=d.finish) for d in dogs]
+  for t in leaving:
+    t.start()
+  for t in leaving:
+    t.join(timeout=30)
+  assert time.monotonic() - t0 < 2.0  # not the 2 x 5 s bound: each saw the other finish
+  assert exits == {0: [], 1: []}
+
+
+def test_a_process_lost_while_the_others_finish_is_named(capfd):
+  """A kill as the run ends (found by launch/chaos.py): process 1 dies while process 0 is
+  leaving. Process 0 still watches while it waits for the others to finish, so it names the
+  lost process within the timeout instead of waiting in JAX's shutdown barrier (300 s)."""
+  kv = _FakeKV()
+  dogs, exits = _pair(kv, timeout_s=0.5)
+  for d in dogs:
+    d.start()
+  time.sleep(0.2)
+  dogs[1].stop()  # killed: silent, and never says it finished
+  t0 = time.monotonic()
+  dogs[0].finish()
+  assert exits[0] == [ProcessLost.exit_code], capfd.readouterr().err
+  assert time.monotonic() - t0 < 2.0
+  assert "lost process 1 of 2" in capfd.readouterr().err
+
+
 def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path):
   """The race behind the resumed task's segmentation fault (issue 49): jax.distributed's atexit
   shutdown destroys the coordination client while the heartbeat thread, a daemon, may still be
@@ -307,7 +339,7 @@ def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path)
       "  time.sleep(0.2)  # the rest of interpreter shutdown, threads still scheduled\n"
       "atexit.register(shutdown)\n"
       "watchdog._client = lambda: client\n"
-      "dog = watchdog.start(1, 2, timeout_s=60.0)\n"
+      "dog = watchdog.start(1, 2, timeout_s=0.5)\n"
       "dog.beat_s = 0.001\n"
       "time.sleep(0.2)\n")
   r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,

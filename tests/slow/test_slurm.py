@@ -11,80 +11,34 @@ test's temporary directory, on ports picked free at start; nothing under /etc is
 """
 import os
 import pathlib
-import shutil
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
+from tests import slurm_cluster
 from tests.train import engine_runs as er
 
 pytestmark = pytest.mark.slow
 STEPS = 16
 EXTRA = [f"--config.train.max_steps={STEPS}", "--mode=train", "--config.train.export_best=false",
          "--config.train.save_every=3", "--config.distributed.watchdog_timeout_s=10"]
-DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
   """``SLURM_CONF`` of a running one-node cluster (2 CPUs); stopped at the end."""
-  missing = [d for d in DAEMONS if shutil.which(d) is None
-             and not os.path.exists(f"/usr/sbin/{d}")]
+  missing = slurm_cluster.missing()
   if missing:
     pytest.skip(f"no {', '.join(missing)}: apt-get install -y slurm-wlm munge")
   d = tmp_path_factory.mktemp("slurm")
-  for sub in ("state", "spool", "munge"):
-    (d / sub).mkdir()
-  (d / "munge").chmod(0o700)
-  key = d / "munge" / "munge.key"
-  key.write_bytes(os.urandom(1024))
-  key.chmod(0o400)
-  sock = d / "munge" / "munge.socket"
-  host = socket.gethostname()
-  conf = d / "slurm.conf"
-  conf.write_text("\n".join([
-      "ClusterName=poitest", f"SlurmctldHost={host}",
-      f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-      "AuthType=auth/munge", f"AuthInfo=socket={sock}",
-      "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-      "SelectType=select/cons_tres", "SchedulerType=sched/builtin", "MpiDefault=none",
-      f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool",
-      f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd.pid",
-      f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.log",
-      "SlurmUser=root", "ReturnToService=2",
-      f"NodeName={host} CPUs=2 State=UNKNOWN",
-      "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
-  sbin = lambda name: shutil.which(name) or f"/usr/sbin/{name}"  # noqa: E731
-  subprocess.run([sbin("munged"), "--force", f"--socket={sock}", f"--key-file={key}",
-                  f"--pid-file={d}/munge/munged.pid", f"--log-file={d}/munge/munged.log",
-                  f"--seed-file={d}/munge/munged.seed"], check=True)
-  env = dict(os.environ, SLURM_CONF=str(conf))
-  subprocess.run([sbin("slurmctld"), "-f", str(conf)], check=True, env=env)
-  subprocess.run([sbin("slurmd"), "-f", str(conf)], check=True, env=env)
-  deadline = time.time() + 60
-  while time.time() < deadline:
-    out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
-    if out.stdout.strip() == "idle":
-      break
-    time.sleep(0.5)
-  else:
-    pytest.fail(f"the test cluster did not come up: {out.stdout} {out.stderr}; "
-                f"{(d / 'slurmctld.log').read_text()[-2000:]}")
+  try:
+    conf = slurm_cluster.start(d)
+  except RuntimeError as e:
+    pytest.fail(str(e))
   yield str(conf)
-  for pidfile in ("slurmd.pid", "slurmctld.pid", "munge/munged.pid"):
-    try:
-      os.kill(int((d / pidfile).read_text().split()[0]), signal.SIGTERM)
-    except (OSError, ValueError):
-      pass
+  slurm_cluster.stop(d)
 
 
 def _submit(conf, workdir, logs) -> subprocess.Popen:

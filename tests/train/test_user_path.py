@@ -150,7 +150,9 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(tmp_path):
   proc.send_signal(signal.SIGINT)
   out, err = proc.communicate(timeout=300)
   assert proc.returncode == 130, err[-3000:]
-  assert "Traceback" not in err and "SIGINT: checkpoint" in out
+  line = [l for l in err.replace("\r", "\n").splitlines() if l.strip()][-1]
+  assert "Traceback" not in err and line.startswith("SIGINT: checkpoint "), err[-2000:]
+  assert line.endswith("run the same command again to resume"), line
   stopped = max(er.losses(work))
   assert (work / "checkpoints" / str(stopped)).is_dir()
 
