@@ -63,6 +63,8 @@ setup(
         # The benchmarks' strongest inference peer (bench/forward_fusion.py): ONNX Runtime on the
         # model exported by torch.onnx (onnx). Never imported by poi_jax.
         "bench": ["onnxruntime", "onnx"],
+        # The figures of docs/results.md (experiments/plot_lr.py); never imported by poi_jax.
+        "plots": ["matplotlib"],
         # HTTP serving: python -m poi_jax.serve (FastAPI on uvicorn).
         "serve": ["fastapi", "uvicorn"],
         # Natural Questions: spaCy's rule-based sentencizer (no model download).

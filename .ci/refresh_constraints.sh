@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 venv=$(mktemp -d)/venv
 python -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e ".[test,tfds,nq,serve,bench]"
+"$venv/bin/python" -m pip install -q -e ".[test,tfds,nq,serve,bench,plots]"
 {
   echo "# Every dependency version the CI suite passed with (README: Install; .ci/run installs with it)."
   echo "# Refresh on purpose with: bash .ci/refresh_constraints.sh (written $(date -u +%F),"

@@ -14,6 +14,9 @@
 # SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), dreambest
 # (the evaluation stage after dreamsel: each arm at its chosen rate, ENC_LR for the plain encoder,
 # POI_LR for POI-Net, either left unset to skip that arm, train -> dev, SEEDS default 5),
+# dreampaper (the DREAM claim at the paper's settings, POI-Net's Table 2: lr 1e-5, 512 tokens,
+# batch 24, 4 epochs, with all-MiniLM-L6-v2 for ALBERT; the plain encoder and POI-Net, SEEDS
+# default 3; ARM=enc or ARM=poi runs one arm, if one device call cannot hold both),
 # squad2 (plain encoder, POI-Net without POS,
 # POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
 # probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
@@ -31,7 +34,7 @@
 # blocks and the window only).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest squad2 nq squad1cpu qopncpu probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper squad2 nq squad1cpu qopncpu probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -54,7 +57,7 @@ if [ "$cmd" = carry ]; then
   rm -rf .carry && mkdir -p .carry /tmp/ablation-data
   wheels
   case $what in
-    dream|dream1|dream2|dreamsel|dreambest)
+    dream|dream1|dream2|dreamsel|dreambest|dreampaper)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
       python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
@@ -150,6 +153,16 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
       --config.train.batch_size=16 $ONCE ;;
+  dreampaper)  # the paper's settings (configs/dream.py's own: lr 1e-5, 512, batch 24, 4 epochs)
+    local cells=()
+    [ "${ARM:-enc}" = poi ] || cells+=(--cell "model.head=none model.pos_embedding=false")
+    [ "${ARM:-poi}" = enc ] || cells+=(--cell "model.head=poi model.pos_embedding=true")
+    $RUN --seeds=${SEEDS:-3} --config=configs/dream.py:minilm "${cells[@]}" \
+      --parallel=${PARALLEL:-$(( ${SEEDS:-3} * ${#cells[@]} ))} --metrics=accuracy \
+      --workdir=$W/dreampaper -- --config.model.init_from=$MINILM \
+      --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
+      --config.train.max_steps=-1 --config.train.epochs=4 --config.data.max_seq_length=512 \
+      --config.train.batch_size=24 --config.optim.lr=1e-5 $ONCE ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=false" \

@@ -3,6 +3,7 @@ r"""The papers' claims as paired comparisons, with their per-seed scores kept in
   python experiments/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
       --date=2026-11-25 --command="bash experiments/ablations.sh run squad2"  # a run's rows in
   python experiments/claims.py table                        # the claims table of docs/results.md
+  python experiments/claims.py selection --name=dreamsel    # a selection's record, for the same
 
 ``merge`` takes the device and the software versions from what the runs recorded (each run's
 ``environment.json``, carried into ``ablation.json``); ``--device`` and ``--software`` give them
@@ -13,11 +14,23 @@ for runs of an engine that recorded none.
 * ``claims``: each claim as two cells of one measurement (the component and its ablation; an
   ``ablation_measurement`` when the baseline runs another config), the metric that decides it
   and the paper's own numbers. Written by hand: the protocol is fixed before the runs.
+* ``selections``: for claims measured with each arm at its best, the selection stage kept with
+  the result: the grid (one config key), the split of the *training* data it was scored on, the
+  rule fixed before the runs, every arm's held-out score per value and seed, and the choice.
+  ``table`` checks that the choice is what the rule gives on those scores (`choose`), and that
+  each arm's evaluation runs used its own choice (`ran_at`), so a row cannot quietly pair other
+  settings.
 * ``measurements``: per measurement (an `experiments/ablations.sh` name), its command, device,
   software and date, and per cell the score of every seed and metric. ``merge`` adds a run's seeds
   from `experiments/ablation.py`'s ``ablation.json``; seeds already there are replaced only if the
   command is the same (a run with other settings is another measurement, never a silent mix), so
   an interrupted sweep, a later run with more seeds or a GPU run adds to the same rows.
+
+Each claim names its ``protocol`` (`PROTOCOLS`): *one shared setting* (both arms at one setting,
+chosen for the component: the first rows, kept as measured), *the paper's settings* (the paper's
+learning rate, warm-up, epochs and batch for that data set, with what the machine forces scaled
+down, stated in the row), or *each arm at its best* (a ``selection``). A claim measured under
+several protocols has a row for each; the verdict cell names the protocol.
 
 Statistics (``table``): per cell mean ± sample standard deviation over its seeds; per claim the
 paired difference (component minus ablation) over the seeds both cells ran (cells of one
@@ -89,6 +102,49 @@ def verdict(lo, hi) -> str:
                "opposite", "not resolved at this scale")
 
 
+PROTOCOLS = {"shared": "one shared setting", "paper": "the paper's settings",
+             "best": "each arm at its best"}
+
+
+def choose(selection: dict) -> dict[str, str]:
+  """Each arm's value by the selection's rule: the highest mean held-out score over the
+  selection seeds; a tie goes to the smaller value (values compare as numbers). Only the
+  held-out scores of ``selection["arms"]`` are read: the evaluation set never is."""
+  out = {}
+  for arm, rec in selection["arms"].items():
+    means = {v: statistics.fmean(seeds.values()) for v, seeds in rec["scores"].items() if seeds}
+    best = max(means.values())
+    out[arm] = min((v for v, m in means.items() if m == best), key=float)
+  return out
+
+
+def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
+  """The value of config ``key`` the runs of ``cell`` used: experiments/ablation.py passes the
+  cell's overrides, then the measurement's extra flags, so the last assignment wins."""
+  m = data["measurements"][measurement]
+  flags = [*m["cells"][cell]["overrides"], *m["settings"]["extra"]]
+  values = [f.split("=", 1)[1] for f in flags if f.startswith(f"--config.{key}=")]
+  return values[-1] if values else None
+
+
+def check_selection(data: dict, claim: dict) -> None:
+  """Raises ValueError unless ``claim``'s selection chose what its rule gives and both arms ran
+  at their own choice."""
+  sel = data["selections"][claim["selection"]]
+  chosen = choose(sel)
+  if chosen != sel["choice"]:
+    raise ValueError(f"{claim['id']}: selection {claim['selection']!r} records {sel['choice']}, "
+                     f"its rule gives {chosen}")
+  for label, cell, measurement in (
+      (claim["component_label"], claim["component"], claim["measurement"]),
+      (claim["ablation_label"], claim["ablation"],
+       claim.get("ablation_measurement", claim["measurement"]))):
+    used = ran_at(data, measurement, cell, sel["key"])
+    if used is None or float(used) != float(chosen[label]):
+      raise ValueError(f"{claim['id']}: {label} ran at {sel['key']}={used}, its choice is "
+                       f"{chosen[label]}")
+
+
 def _load(path: pathlib.Path) -> dict:
   return json.loads(path.read_text()) if path.exists() else {"claims": [], "measurements": {}}
 
@@ -141,10 +197,18 @@ def _mean_std(values) -> str:
 
 def table(data: dict) -> str:
   """The claims table (markdown): one row per claim that has a measurement."""
-  lines = ["| claim | paper's numbers | measured here (setting, metric) | component | ablation | "
-           f"paired difference, {LEVEL:.0%} interval | verdict | run |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  lines = ["| claim | paper's numbers | measured here (setting, metric) | protocol | component | "
+           f"ablation | paired difference, {LEVEL:.0%} interval | verdict | run |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
   for c in data["claims"]:
+    protocol = PROTOCOLS[c.get("protocol", "shared")]
+    if c.get("protocol") == "best":
+      sel = data["selections"][c["selection"]]
+      chosen = {a: sel["choice"][a] for a in (c["component_label"], c["ablation_label"])
+                if a in sel["choice"]}
+      protocol += (f" ({sel['key']} chosen on {sel['split_short']}: "
+                   + (", ".join(f"{a} {v}" for a, v in chosen.items()) or "not yet")
+                   + ")")
     m = data["measurements"].get(c["measurement"])
     comp = _scores(data, c["measurement"], c["component"], c["metric"])
     # A baseline run by another config (QOPN's window: squad1.py, not newsqa.py) is its own
@@ -152,8 +216,11 @@ def table(data: dict) -> str:
     abl = _scores(data, c.get("ablation_measurement", c["measurement"]), c["ablation"],
                   c["metric"])
     if not m or not comp or not abl:
-      lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} | not measured yet | | | | |")
+      lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} | {protocol} | not measured "
+                   f"yet | | | | |")
       continue
+    if c.get("protocol") == "best":
+      check_selection(data, c)
     mean, lo, hi, n = paired_interval(comp, abl)
     interval = (f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={n})" if lo is not None
                 else f"{mean:+.2f} (n={n})")
@@ -166,16 +233,38 @@ def table(data: dict) -> str:
       against = (f"{gain:+.2f} [{glo:+.2f}, {ghi:+.2f}]" if glo is not None else f"{gain:+.2f}")
       said += (f"; {c['component_label']} vs guessing ({c['chance']:.1f}): {against} (n={gn}), "
                f"{above}")
-    lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | "
+    lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | {protocol} | "
                  f"{c['component_label']}: {_mean_std(comp.values())} | "
                  f"{c['ablation_label']}: {_mean_std(abl.values())} | {interval} | "
                  f"{said} | `{m['command']}`, {m['device']}, {m['date']} |")
   return "\n".join(lines)
 
 
+def selection_table(data: dict, name: str) -> str:
+  """A selection's record (markdown): every arm's held-out score per value (the mean over the
+  selection seeds), the choice in bold, and how it was made."""
+  sel = data["selections"][name]
+  values = sorted({v for a in sel["arms"].values() for v in a["scores"]}, key=float)
+  lines = [f"| {sel['key']} | " + " | ".join(f"{a}, held-out {sel['metric']}" for a in sel["arms"])
+           + " |", "| --- |" + " ---: |" * len(sel["arms"])]
+  for v in values:
+    row = []
+    for arm, rec in sel["arms"].items():
+      seeds = rec["scores"].get(v, {})
+      cell = f"{statistics.fmean(seeds.values()):.2f}" if seeds else "-"
+      row.append(f"**{cell}**" if sel["choice"].get(arm) == v else cell)
+    lines.append(f"| {v} | " + " | ".join(row) + " |")
+  lines += ["", f"Split: {sel['split']}. Setting: {sel['setting']}. Seeds: "
+            f"{', '.join(map(str, sel['seeds']))}. Rule: {sel['rule']}. Declared: {sel['declared']}. "
+            f"Run: `{sel['command']}`, {sel['device']}, {sel['software']}, {sel['date']} "
+            f"({sel['source']})."]
+  return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("action", choices=["merge", "table"])
+  p.add_argument("action", choices=["merge", "table", "selection"])
+  p.add_argument("--name", help="selection: its name in claims.json, e.g. dreamsel")
   p.add_argument("--claims", default=str(CLAIMS))
   p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
   p.add_argument("--ablation", help="merge: experiments/ablation.py's ablation.json")
@@ -190,6 +279,9 @@ def main(argv: list[str]) -> int:
   data = _load(path)
   if args.action == "table":
     print(table(data))
+    return 0
+  if args.action == "selection":
+    print(selection_table(data, args.name))
     return 0
   missing = [k for k in ("measurement", "ablation", "command", "date") if not getattr(args, k)]
   if missing:

@@ -89,5 +89,70 @@ def test_the_committed_claims_name_cells_that_were_run():
         assert cell in m["cells"], f"{c['id']}: {measurement} has no cell {cell}"
         assert all(c["metric"] in s for s in m["cells"][cell]["seeds"].values())
   # The results page shows the table this file gives (regenerate:
-  # python experiments/claims.py table).
-  assert claims.table(data) in (ROOT / "docs" / "results.md").read_text()
+  # python experiments/claims.py table), and each selection's record (claims.py selection).
+  page = (ROOT / "docs" / "results.md").read_text()
+  assert claims.table(data) in page
+  for name in data.get("selections", {}):
+    assert claims.selection_table(data, name) in page, name
+  assert all(c["protocol"] in claims.PROTOCOLS for c in data["claims"])
+
+
+def test_the_learning_rate_curve_reads_every_dev_run():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("plot_lr", ROOT / "experiments" / "plot_lr.py")
+  plot_lr = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(plot_lr)
+  runs = plot_lr.dev_scores(json.loads((ROOT / "docs" / "claims.json").read_text()))
+  assert {lr: len(a) for lr, a in runs["plain encoder"].items()} == {1e-5: 2, 2e-5: 2, 3e-5: 1,
+                                                                     5e-5: 5}
+  assert {lr: len(a) for lr, a in runs["POI-Net"].items()} == {1e-5: 2, 2e-5: 2, 3e-5: 6, 5e-5: 5}
+
+
+def _selection(enc: dict, poi: dict, choice: dict) -> dict:
+  return {"key": "optim.lr", "metric": "accuracy", "choice": choice,
+          "arms": {"plain encoder": {"scores": enc}, "POI-Net": {"scores": poi}}}
+
+
+def test_the_selection_rule_reads_held_out_scores_only_and_breaks_ties_low():
+  # held-out: the encoder best at 5e-5, POI-Net tied at 2e-5 and 3e-5 (means over two seeds)
+  sel = _selection({"2e-5": {"0": 40.0}, "5e-5": {"0": 47.0}, "1e-4": {"0": 44.0}},
+                   {"3e-5": {"0": 45.0, "1": 44.0}, "2e-5": {"0": 44.5, "1": 44.5},
+                    "5e-5": {"0": 44.0, "1": 44.9}}, {})
+  assert claims.choose(sel) == {"plain encoder": "5e-5", "POI-Net": "2e-5"}
+
+
+def _best_claim_data(poi_lr="3e-5", enc_extra_lr="5e-5", recorded="3e-5"):
+  """A `best` claim whose dev scores would pick other rates than the held-out ones did: the
+  table must follow the selection record, and refuse a row that ran another rate."""
+  sel = _selection({"5e-5": {"0": 47.0}, "1e-5": {"0": 40.0}},
+                   {"3e-5": {"0": 46.0}, "1e-5": {"0": 45.0}},
+                   {"plain encoder": "5e-5", "POI-Net": recorded})
+  sel.update(split_short="held-out", split="s", setting="t", rule="r", declared="d", seeds=[0],
+             command="c", device="d", software="s", date="x", source="y")
+  cell = lambda overrides, accs: {"overrides": overrides, "seeds": {  # noqa: E731
+      str(i): {"accuracy": a} for i, a in enumerate(accs)}}
+  return {"selections": {"sel": sel},
+          "claims": [{"id": "b", "claim": "POI-Net beats its encoder", "paper": "p", "setting": "s",
+                      "protocol": "best", "selection": "sel", "metric": "accuracy",
+                      "component": "poi", "component_label": "POI-Net", "measurement": "best",
+                      "ablation": "enc", "ablation_label": "plain encoder",
+                      "ablation_measurement": "shared"}],
+          "measurements": {
+              "best": {"command": "c", "device": "d", "date": "x", "settings": {"extra": []},
+                       "cells": {"poi": cell([f"--config.optim.lr={poi_lr}"], [43.0, 42.0, 44.0])}},
+              "shared": {"command": "c", "device": "d", "date": "x",
+                         "settings": {"extra": [f"--config.optim.lr={enc_extra_lr}"]},
+                         "cells": {"enc": cell(["--config.optim.lr=1e-5"], [47.0, 48.0, 47.5])}}}}
+
+
+def test_a_best_row_shows_its_choice_and_refuses_runs_at_another_rate():
+  data = _best_claim_data()
+  # the measurement's extra flags come after the cell's overrides: 5e-5 is what the encoder ran
+  assert claims.ran_at(data, "shared", "enc", "optim.lr") == "5e-5"
+  row = claims.table(data).splitlines()[-1]
+  assert "each arm at its best (optim.lr chosen on held-out: POI-Net 3e-5, plain encoder 5e-5)" \
+      in row and "| opposite |" in row
+  with pytest.raises(ValueError, match="POI-Net ran at optim.lr=1e-5, its choice is 3e-5"):
+    claims.table(_best_claim_data(poi_lr="1e-5"))
+  with pytest.raises(ValueError, match="its rule gives"):
+    claims.table(_best_claim_data(recorded="1e-5"))  # a record that is not the rule's choice
