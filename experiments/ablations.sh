@@ -14,6 +14,9 @@
 # SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), dreambest
 # (the evaluation stage after dreamsel: each arm at its chosen rate, ENC_LR for the plain encoder,
 # POI_LR for POI-Net, either left unset to skip that arm, train -> dev, SEEDS default 5),
+# dreamwhysel (issue 50's "why POI-Net trails": POI-Net with each diagnostic option of
+# docs/models.md through dreamsel's selection, i.e. each rate of LRS, default 2e-5 3e-5 5e-5 8e-5,
+# on the held-out split, seed 0; WHY="..." picks some of: stop add concat zeros lr10),
 # dreampaper (the DREAM claim at the paper's settings, POI-Net's Table 2: lr 1e-5, 512 tokens,
 # batch 24, 4 epochs, with all-MiniLM-L6-v2 for ALBERT; the plain encoder and POI-Net, SEEDS
 # default 3; ARM=enc or ARM=poi runs one arm, if one device call cannot hold both),
@@ -34,7 +37,7 @@
 # blocks and the window only).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper squad2 nq squad1cpu qopncpu probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu qopncpu probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -57,7 +60,7 @@ if [ "$cmd" = carry ]; then
   rm -rf .carry && mkdir -p .carry /tmp/ablation-data
   wheels
   case $what in
-    dream|dream1|dream2|dreamsel|dreambest|dreampaper)
+    dream|dream1|dream2|dreamsel|dreambest|dreampaper|dreamwhysel)
       tar -cJf .carry/data.tar.xz -C "$SHARED" nltk_data dream
       python3 experiments/pack_minilm.py pack --data="$SHARED/dream/train.json" \
         --data="$SHARED/dream/dev.json" --out=.carry/minilm.pack ;;
@@ -153,6 +156,21 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
       --config.train.batch_size=16 $ONCE ;;
+  dreamwhysel)  # dreamsel's selection for POI-Net with each diagnostic option (docs/models.md)
+    declare -A option=([stop]="model.coattention.score_gradient=stop"
+      [add]="model.coattention.output=add" [concat]="model.coattention.output=concat"
+      [zeros]="model.coattention.pos_init=zeros" [lr10]="optim.new_params_lr_scale=10")
+    local cells=()
+    for why in ${WHY:-stop add concat zeros lr10}; do
+      for lr in ${LRS:-2e-5 3e-5 5e-5 8e-5}; do
+        cells+=(--cell "model.head=poi model.pos_embedding=true ${option[$why]} optim.lr=$lr")
+      done
+    done
+    $RUN --seeds=${SEEDS:-1} --config=configs/dream.py:minilm "${cells[@]}" --holdout=0.1 \
+      --parallel=${PARALLEL:-10} --metrics=accuracy --workdir=$W/dreamwhysel -- \
+      --config.model.init_from=$MINILM --config.data.train_file=$DATA/dream/train.json \
+      --config.data.eval_file=$DATA/dream/dev.json --config.train.max_steps=-1 \
+      --config.train.epochs=3 --config.data.max_seq_length=256 --config.train.batch_size=16 $ONCE ;;
   dreampaper)  # the paper's settings (configs/dream.py's own: lr 1e-5, 512, batch 24, 4 epochs)
     local cells=()
     [ "${ARM:-enc}" = poi ] || cells+=(--cell "model.head=none model.pos_embedding=false")

@@ -130,6 +130,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.optim.warmup_ratio = 0.1
   c.optim.warmup_steps = -1  # >= 0: a fixed number of warmup steps instead of warmup_ratio
   c.optim.weight_decay = 0.01
+  # the new parameters' (POS table, output layers) rate as a multiple of optim.lr (1: the papers')
+  c.optim.new_params_lr_scale = 1.0
   c.optim.b1 = 0.9
   c.optim.b2 = 0.999
   c.optim.eps = 1e-6

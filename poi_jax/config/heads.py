@@ -19,6 +19,10 @@ def coattention(*, extractive: bool) -> ml_collections.ConfigDict:
   c.turns = 3
   c.strategy = "forgetting"  # forgetting | average | weighted | intuition
   c.nan_guard = True  # released: no 0/0 NaN on a 2-token domain (SPEC.md §1)
+  # Diagnostics of issue 50 (why POI-Net may trail its encoder); the defaults are the paper's.
+  c.score_gradient = "full"  # full | stop: the scores computed from stop_gradient(H)
+  c.output = "replace"  # replace (R, the paper) | add (H + R) | concat ([H; R] to the output)
+  c.pos_init = "normal"  # normal (the encoder's initializer) | zeros: the POS table's start
   if extractive:
     # SQuAD 2.0 null logits ([CLS]) from: coattention (R, the paper; 0 when [CLS] scores 0) |
     # encoder (H at [CLS]); poi_jax/models/poi_net.py

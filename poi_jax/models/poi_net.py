@@ -44,7 +44,26 @@ from poi_jax.models import checks, encoders, heads
 POS_VOCAB = checks.NUM_POS_TAGS
 POS_EXPORT_NAME = "embeddings.pos_tag_embeddings.weight"
 COATTENTION_VARIANTS = ("paper", "released", "none")
+SCORE_GRADIENTS = ("full", "stop")
+OUTPUTS = ("replace", "add", "concat")
+POS_INITS = ("normal", "zeros")
 NULL_FROM = ("coattention", "encoder")
+
+
+def combine(h: jax.Array, r: jax.Array, scores: jax.Array, *, score_gradient: str = "full",
+            output: str = "replace") -> jax.Array:
+  """What the output layer reads, from the encoder output ``H (N, L, D)``, the co-attended
+  ``R = scores ⊙ H (N, L, D)`` and the ``scores (N, L)``: ``R`` (the paper), ``H + R`` or
+  ``[H; R] (N, L, 2D)``. ``score_gradient="stop"``: the same values, with the gradient reaching
+  H only through R's factor H, not through the scores."""
+  if score_gradient == "stop":
+    r = (h.astype(jnp.float32)
+         * jax.lax.stop_gradient(scores.astype(jnp.float32))[..., None]).astype(r.dtype)
+  if output == "add":
+    return h + r
+  if output == "concat":
+    return jnp.concatenate([h, r], axis=-1)
+  return r
 
 
 class _PoiNetBase(nnx.Module):
@@ -52,23 +71,37 @@ class _PoiNetBase(nnx.Module):
 
   def __init__(self, encoder_config: encoders.EncoderConfig, *, variant: str = "paper",
                turns: int = 3, strategy: str = "forgetting", nan_guard: bool = True,
+               score_gradient: str = "full", output: str = "replace", pos_init: str = "normal",
                pos_embedding: bool = True, rngs: nnx.Rngs):
     """``variant``: the co-attention (paper | released | none); ``turns``, ``strategy``: the paper
-    variant's; ``nan_guard``: the released variant's."""
-    if variant not in COATTENTION_VARIANTS:
-      raise ValueError(f"co-attention variant must be one of {COATTENTION_VARIANTS}, got "
-                       f"{variant!r}")
-    if strategy not in coatt.STRATEGIES:
-      raise ValueError(f"strategy must be one of {coatt.STRATEGIES}, got {strategy!r}")
+    variant's; ``nan_guard``: the released variant's. Diagnostics (issue 50; the defaults are
+    the paper's): ``score_gradient="stop"`` computes the scores from ``stop_gradient(H)``, so the
+    encoder learns only through ``R = s ⊙ H``'s factor H, not through the cosine scores;
+    ``output``: what the output layer reads, ``replace`` (R), ``add`` (H + R) or ``concat``
+    ([H; R], an output layer twice as wide); ``pos_init="zeros"`` starts the POS table at 0, so
+    the encoder's input is unchanged at step 0."""
+    for name, value, allowed in (("co-attention variant", variant, COATTENTION_VARIANTS),
+                                 ("strategy", strategy, coatt.STRATEGIES),
+                                 ("score_gradient", score_gradient, SCORE_GRADIENTS),
+                                 ("output", output, OUTPUTS), ("pos_init", pos_init, POS_INITS)):
+      if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     self.config = encoder_config
     self.coattention = variant
     self.turns, self.strategy, self.nan_guard = int(turns), strategy, bool(nan_guard)
+    # (the plain encoder, variant="none", has no R: H goes to the output as it is)
+    self.score_gradient = score_gradient
+    self.output = output if variant != "none" else "replace"
+    self.output_width = encoder_config.hidden_size * (2 if self.output == "concat" else 1)
     self.encoder = encoders.build_encoder(encoder_config, rngs=rngs)
     self.pos_embeddings = (common.embed(POS_VOCAB, encoder_config.embedding_dim, (None, "embed"),
                                         init_std=encoder_config.initializer_range,
                                         dtype=common.compute_dtype(encoder_config.dtype),
                                         rngs=rngs)
                            if pos_embedding else None)
+    if self.pos_embeddings is not None and pos_init == "zeros":
+      table = self.pos_embeddings.embedding
+      table.set_value(jnp.zeros_like(table.get_value()))
 
   def encode(self, input_ids, attention_mask, token_type_ids, pos_tags, con_start, con_end, *,
              deterministic: bool, return_encoder_output: bool = False,
@@ -97,6 +130,8 @@ class _PoiNetBase(nnx.Module):
                                             strategy=self.strategy)
       else:
         r = h
+      if scores is not None:
+        r = combine(h, r, scores, score_gradient=self.score_gradient, output=self.output)
     r = constrain(r, BLD)
     out = (r, h) if return_encoder_output else (r, m_a + m_b)
     return out + (scores,) if return_scores else out
@@ -135,8 +170,10 @@ class PoiNetForQuestionAnswering(_PoiNetBase):
       raise ValueError(f"null_from must be one of {NULL_FROM}, got {null_from!r}")
     rngs = kwargs["rngs"]
     super().__init__(encoder_config, **kwargs)
+    if null_from == "encoder" and kwargs.get("output") == "concat":
+      raise ValueError("null_from='encoder' reads H alone; output='concat' needs [H; R] at [CLS]")
     self.null_from = null_from
-    self.qa_outputs = common.dense(encoder_config.hidden_size, 2, ("embed", None),
+    self.qa_outputs = common.dense(self.output_width, 2, ("embed", None),
                                    init_std=encoder_config.initializer_range,
                                    dtype=jnp.float32, rngs=rngs)
 
@@ -173,7 +210,7 @@ class PoiNetForMultipleChoice(_PoiNetBase):
   def __init__(self, encoder_config: encoders.EncoderConfig, **kwargs):
     rngs = kwargs["rngs"]
     super().__init__(encoder_config, **kwargs)
-    self.classifier = common.dense(encoder_config.hidden_size, 1, ("embed", None),
+    self.classifier = common.dense(self.output_width, 1, ("embed", None),
                                    init_std=encoder_config.initializer_range,
                                    dtype=jnp.float32, rngs=rngs)
 
