@@ -44,28 +44,6 @@ _PEERS = flags.DEFINE_list("peers", ["eager", "compile", "onnxruntime"],
 EAGER = "PyTorch eager (transformers)"
 
 
-def onnx_session(torch_model, directory: str):
-  """``torch_model`` exported to ONNX (dynamic batch and length) and loaded in ONNX Runtime with
-  every graph optimisation on the CPU provider."""
-  import os
-
-  import onnxruntime as ort
-  import torch
-  path = os.path.join(directory, "minilm_qa.onnx")
-  example = tuple(torch.ones((2, 16), dtype=torch.long) for _ in range(3))
-  axes = {0: "batch", 1: "length"}
-  torch.onnx.export(torch_model, example, path, input_names=["input_ids", "attention_mask",
-                                                             "token_type_ids"],
-                    output_names=["start_logits", "end_logits"],
-                    dynamic_axes={n: axes for n in ("input_ids", "attention_mask",
-                                                    "token_type_ids", "start_logits",
-                                                    "end_logits")},
-                    opset_version=17, dynamo=False)
-  options = ort.SessionOptions()
-  options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-  return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-
 def main(argv):
   del argv
   import jax
@@ -110,6 +88,7 @@ def main(argv):
       compiled = torch.compile(torch_model) if "compile" in _PEERS.value else None
       import tempfile
       onnx_dir = tempfile.mkdtemp(prefix="poi_jax_onnx_")
+      from bench.onnx_peer import onnx_session
       session = onnx_session(torch_model, onnx_dir) if "onnxruntime" in _PEERS.value else None
 
   b, rng = _BATCH.value, np.random.default_rng(0)

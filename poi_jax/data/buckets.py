@@ -37,7 +37,7 @@ import numpy as np
 # The default buckets: a quarter, a half, three quarters and all of max_seq_length (rounded up to
 # a multiple of 8), and above 256 tokens the eighths (48, 96, ..., 384 at 384: the quarters and
 # the lengths between, so never more padding than the quarters). Chosen from the padding share
-# and the speed they give on the SQuAD sample (bench/buckets.py, bench/reader_vs_hf.py;
+# and the speed they give on the SQuAD sample (bench/buckets.py, bench/reader_peers.py;
 # docs/performance.md "Length buckets"): at 384 the quarters leave a quarter of the computed
 # positions padding (the eighths: a tenth), and the Reader runs 1.25x HuggingFace's pipeline
 # with the quarters, 1.48x with the eighths (1.94x since its forward compiles without XLA's
