@@ -233,6 +233,8 @@ def wait_for_phase(phase: str, workdir: pathlib.Path, attempt: Attempt, rows_bef
 
 @dataclasses.dataclass
 class Cycle:
+  """One signal and what followed it: where it was aimed and landed, the processes' statuses,
+  the problems found, and the resume it caused (its step and overhead)."""
   episode: int
   attempt: str
   aimed: str
@@ -285,6 +287,8 @@ def check_exit(launcher: Launcher, attempt: Attempt, signum: int | None,
 
 
 def run_once(launcher: Launcher, args: list[str], logs: pathlib.Path, timeout: float) -> Attempt:
+  """One start of the run left alone to its end (the reference); a run past ``timeout`` is
+  killed and is an error."""
   attempt = launcher.start(args, logs)
   try:
     attempt.proc.wait(timeout=timeout)
