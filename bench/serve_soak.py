@@ -390,6 +390,7 @@ def markdown(r: dict) -> str:
 
 
 def main(argv=None) -> int:
+  from poi_jax.io import write_json_atomic
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--model", default="", help="a trained workdir (default: train the tiny one)")
   ap.add_argument("--out", required=True)
@@ -404,9 +405,7 @@ def main(argv=None) -> int:
   args = ap.parse_args(argv)
   report = run(args)
   path = pathlib.Path(args.out) / "soak_report.json"
-  tmp = path.with_suffix(".json.tmp")
-  tmp.write_text(json.dumps(report, indent=1, default=str))
-  os.replace(tmp, path)
+  write_json_atomic(str(path), report)
   print(markdown(report))
   print(f"report: {path}")
   return 0 if report["ok"] else 1

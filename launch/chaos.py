@@ -54,6 +54,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: poi_jax/ of this checkout
 SAMPLE = ROOT / "poi_jax" / "sample_data" / "squad2-dev-subset.json.xz"
 PHASES = ("start-up", "step", "save", "eval", "shutdown")
 WATCHDOG_S = 5
@@ -557,9 +558,8 @@ def main(argv=None) -> int:
     ap.error("--launcher=slurm needs srun (and SLURM_CONF for a cluster of your own)")
   result = chaos(args)
   path = pathlib.Path(args.out) / "chaos_report.json"
-  tmp = path.with_suffix(".json.tmp")
-  tmp.write_text(json.dumps(result, indent=1, default=str))
-  os.replace(tmp, path)
+  from poi_jax.io import write_json_atomic
+  write_json_atomic(str(path), result)
   print(markdown(result))
   print(f"report: {path}")
   return 0 if result["ok"] else 1
