@@ -3,6 +3,10 @@ r"""The papers' claims as paired comparisons, with their per-seed scores kept in
   python experiments/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
       --date=2026-11-25 --command="bash experiments/ablations.sh run squad2"  # a run's rows in
   python experiments/claims.py table                        # the claims table of docs/results.md
+  python experiments/claims.py select --name=squad1cpusel --ablation=DIR/ablation.json \
+      --metric=f1 --arms='{"POI-Net": "model.head=poi model.pos_embedding=true", ...}' \
+      --split=... --split_short=... --setting=... --declared=... --command=... --date=...
+                                                            # a held-out sweep's selection record
   python experiments/claims.py selection --name=dreamsel    # a selection's record, for the same
 
 ``merge`` takes the device and the software versions from what the runs recorded (each run's
@@ -16,8 +20,9 @@ for runs of an engine that recorded none.
   and the paper's own numbers. Written by hand: the protocol is fixed before the runs.
 * ``selections``: for claims measured with each arm at its best, the selection stage kept with
   the result: the grid (one config key), the split of the *training* data it was scored on, the
-  rule fixed before the runs, every arm's held-out score per value and seed, and the choice.
-  ``table`` checks that the choice is what the rule gives on those scores (`choose`), and that
+  rule fixed before the runs, every arm's held-out score per value and seed, and the choice;
+  ``select`` writes one from the held-out sweep's ``ablation.json`` (``dreamsel``'s first rates
+  were typed from the notebook, their result files lost). ``table`` checks that the choice is what the rule gives on those scores (`choose`), and that
   each arm's evaluation runs used its own choice (`ran_at`), so a row cannot quietly pair other
   settings.
 * ``measurements``: per measurement (an `experiments/ablations.sh` name), its command, device,
@@ -120,11 +125,57 @@ def choose(selection: dict) -> dict[str, str]:
 
 def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
   """The value of config ``key`` the runs of ``cell`` used: experiments/ablation.py passes the
-  cell's overrides, then the measurement's extra flags, so the last assignment wins."""
+  cell's overrides, then the measurement's extra flags, so the last assignment wins; with no
+  flag, the config file's own value (runs of the shared protocol at a config's default)."""
   m = data["measurements"][measurement]
   flags = [*m["cells"][cell]["overrides"], *m["settings"]["extra"]]
   values = [f.split("=", 1)[1] for f in flags if f.startswith(f"--config.{key}=")]
-  return values[-1] if values else None
+  if values:
+    return values[-1]
+  if not m["settings"].get("config"):
+    return None
+  if str(ROOT) not in sys.path:  # run as a script
+    sys.path.insert(0, str(ROOT))
+  from experiments import ablation  # loads a config file: only for rows that need it
+  return str(ablation.config_value(str(ROOT / m["settings"]["config"]), [], key))
+
+
+RULE = ("per arm, the value with the highest mean held-out {metric} over the selection seeds; a "
+        "tie goes to the smaller value")
+
+
+def select(data: dict, name: str, ablation: dict, *, key: str, arms: dict[str, str], metric: str,
+           meta: dict) -> dict:
+  """``data`` with selection ``name`` recorded from a held-out sweep's ``ablation.json``: every
+  run's ``metric`` filed under its arm (``arms``: label -> the cell's overrides other than
+  ``key``, as ``"model.head=poi model.pos_embedding=true"``) and its value of ``key``, and each
+  arm's choice by the rule (`choose`). A selection already there gains the new values and seeds
+  (a grid extended, a second seed), never under another key, metric or split."""
+  wanted = {label: frozenset(f"--config.{kv}" for kv in spec.split()) for label, spec in arms.items()}
+  sel = data.setdefault("selections", {}).get(name)
+  if sel is None:
+    sel = {"key": key, "metric": metric, "rule": RULE.format(metric=metric),
+           "arms": {label: {"cell": spec, "scores": {}} for label, spec in arms.items()}}
+  for field, value in (("key", key), ("metric", metric), ("split", meta.get("split"))):
+    if sel.get(field, value) != value:
+      raise ValueError(f"selection {name!r} was made with {field} {sel[field]!r}, not {value!r}: "
+                       "another setting is another selection (--name)")
+  for row in ablation["cells"]:
+    values = [o.split("=", 1)[1] for o in row["overrides"] if o.startswith(f"--config.{key}=")]
+    rest = frozenset(o for o in row["overrides"] if not o.startswith(f"--config.{key}="))
+    label = next((a for a, want in wanted.items() if want == rest), None)
+    if not values or label is None:
+      raise ValueError(f"selection {name!r}: cell {row['cell']} sets no {key} or matches no arm "
+                       f"of {sorted(arms)}")
+    scores = sel["arms"].setdefault(label, {"cell": arms[label], "scores": {}})["scores"]
+    for run in row["seeds"]:  # finished runs only
+      scores.setdefault(values[-1], {})[str(run["seed"])] = run[metric]
+  sel.update(meta)
+  sel["seeds"] = sorted({int(s) for a in sel["arms"].values() for v in a["scores"].values()
+                         for s in v})
+  sel["choice"] = choose(sel)
+  data["selections"][name] = sel
+  return data
 
 
 def check_selection(data: dict, claim: dict) -> None:
@@ -263,7 +314,7 @@ def selection_table(data: dict, name: str) -> str:
 
 def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("action", choices=["merge", "table", "selection"])
+  p.add_argument("action", choices=["merge", "select", "table", "selection"])
   p.add_argument("--name", help="selection: its name in claims.json, e.g. dreamsel")
   p.add_argument("--claims", default=str(CLAIMS))
   p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
@@ -274,6 +325,15 @@ def main(argv: list[str]) -> int:
   p.add_argument("--date", help="merge: YYYY-MM-DD")
   p.add_argument("--software", help="merge: e.g. 'jax 0.11.2, flax 0.12.10' (default: what the "
                  "runs recorded)")
+  p.add_argument("--key", default="optim.lr", help="select: the config key the grid swept")
+  p.add_argument("--metric", help="select: the held-out metric the rule reads, e.g. f1")
+  p.add_argument("--arms", help="select: JSON {label: the cell's other overrides}, e.g. "
+                 '\'{"POI-Net": "model.head=poi model.pos_embedding=true"}\'')
+  for field, what in (("split", "the held-out split, in a sentence"),
+                      ("split_short", "the split in a few words, for the claims table"),
+                      ("setting", "everything but the swept key"),
+                      ("declared", "where and when the grid and rule were declared")):
+    p.add_argument(f"--{field}", help=f"select: {what}")
   args = p.parse_args(argv)
   path = pathlib.Path(args.claims)
   data = _load(path)
@@ -283,15 +343,26 @@ def main(argv: list[str]) -> int:
   if args.action == "selection":
     print(selection_table(data, args.name))
     return 0
-  missing = [k for k in ("measurement", "ablation", "command", "date") if not getattr(args, k)]
+  needs = (("name", "ablation", "metric", "arms", "split", "split_short", "setting", "declared",
+            "command", "date") if args.action == "select"
+           else ("measurement", "ablation", "command", "date"))
+  missing = [k for k in needs if not getattr(args, k)]
   if missing:
-    p.error("merge needs " + ", ".join(f"--{k}" for k in missing))
+    p.error(f"{args.action} needs " + ", ".join(f"--{k}" for k in missing))
   ablation = json.loads(pathlib.Path(args.ablation).read_text())
   args.device = args.device or recorded(ablation, "device")  # the runs' own record unless given
   if not args.device:
     p.error(f"{args.ablation}: its runs recorded no single device (an older engine, or runs on "
             "several machines): give --device")
   args.software = args.software or recorded(ablation, "software") or ""
+  if args.action == "select":
+    meta = {k: getattr(args, k) for k in ("split", "split_short", "setting", "declared",
+                                          "command", "date", "device", "software")}
+    meta["source"] = f"the runs' {pathlib.Path(args.ablation).name}"
+    _write_atomic(path, select(data, args.name, ablation, key=args.key,
+                               arms=json.loads(args.arms), metric=args.metric, meta=meta))
+    print(f"{path}: selection {args.name} chooses {data['selections'][args.name]['choice']}")
+    return 0
   _write_atomic(path, merge(data, args.measurement, ablation, command=args.command,
                             device=args.device, date=args.date, software=args.software))
   print(f"{path}: {args.measurement} now holds "

@@ -156,3 +156,57 @@ def test_a_best_row_shows_its_choice_and_refuses_runs_at_another_rate():
     claims.table(_best_claim_data(poi_lr="1e-5"))
   with pytest.raises(ValueError, match="its rule gives"):
     claims.table(_best_claim_data(recorded="1e-5"))  # a record that is not the rule's choice
+
+
+def _sweep(runs):
+  """An ablation.json of a held-out sweep: runs as (head, pos, lr, seed, f1)."""
+  cells = {}
+  for head, pos, lr, seed, f1 in runs:
+    overrides = [f"--config.model.head={head}", f"--config.model.pos_embedding={pos}",
+                 f"--config.optim.lr={lr}"]
+    row = cells.setdefault((head, pos, lr), {"cell": f"{head}-{pos}-{lr}", "overrides": overrides,
+                                             "seeds": []})
+    row["seeds"].append({"seed": seed, "step": 150, "wall_s": 1.0, "f1": f1, "exact_match": 0.0})
+  return {"config": "configs/squad1.py:minilm_cpu", "extra": [], "cells": list(cells.values())}
+
+
+ARMS = {"plain encoder": "model.head=none model.pos_embedding=false",
+        "POI-Net": "model.pos_embedding=true model.head=poi"}  # order within a cell is free
+META = dict(split="two articles", split_short="held-out", setting="s", declared="d",
+            command="c", date="x", device="d", software="s", source="y")
+
+
+def test_select_files_every_run_under_its_arm_and_value_and_chooses_by_the_rule():
+  data = {"claims": [], "measurements": {}}
+  claims.select(data, "sel", _sweep([("none", "false", "5e-5", 0, 20.0),
+                                     ("none", "false", "1e-4", 0, 25.0),
+                                     ("poi", "true", "5e-5", 0, 30.0),
+                                     ("poi", "true", "1e-4", 0, 28.0)]),
+                key="optim.lr", arms=ARMS, metric="f1", meta=META)
+  sel = data["selections"]["sel"]
+  assert sel["arms"]["POI-Net"]["scores"] == {"5e-5": {"0": 30.0}, "1e-4": {"0": 28.0}}
+  assert sel["choice"] == {"plain encoder": "1e-4", "POI-Net": "5e-5"}
+  assert sel["seeds"] == [0] and "highest mean held-out f1" in sel["rule"]
+  # a second selection seed for POI-Net: the means (29.0 vs 29.0) tie, the smaller rate wins
+  claims.select(data, "sel", _sweep([("poi", "true", "5e-5", 1, 28.0),
+                                     ("poi", "true", "1e-4", 1, 30.0)]),
+                key="optim.lr", arms=ARMS, metric="f1", meta=META)
+  assert sel["seeds"] == [0, 1] and sel["choice"]["POI-Net"] == "5e-5"
+  assert claims.selection_table(data, "sel").splitlines()[2] == "| 5e-5 | 20.00 | **29.00** |"
+  with pytest.raises(ValueError, match="another setting is another selection"):
+    claims.select(data, "sel", _sweep([]), key="optim.lr", arms=ARMS, metric="exact_match",
+                  meta=META)
+  with pytest.raises(ValueError, match="matches no arm"):
+    claims.select(data, "sel", _sweep([("poi", "false", "5e-5", 0, 1.0)]), key="optim.lr",
+                  arms=ARMS, metric="f1", meta=META)
+
+
+def test_a_run_without_the_flag_ran_at_its_config_files_value():
+  """The shared protocol's runs at a config's default (squad1cpu: configs/squad1.py:minilm_cpu's
+  lr 1e-4) are the evaluation stage of an arm whose choice is that default."""
+  data = {"measurements": {"m": {"settings": {"config": "configs/squad1.py:minilm_cpu",
+                                              "extra": ["--config.train.max_steps=150"]},
+                                 "cells": {"c": {"overrides": ["--config.model.head=poi"]}}}}}
+  assert float(claims.ran_at(data, "m", "c", "optim.lr")) == 1e-4
+  data["measurements"]["m"]["settings"]["extra"].append("--config.optim.lr=2e-4")
+  assert claims.ran_at(data, "m", "c", "optim.lr") == "2e-4"
