@@ -19,7 +19,9 @@ attention), TF32 on a GPU, ``torch.autocast(bfloat16)`` beside JAX's bf16, in tw
 with the default `torch.optim.AdamW`, and ``torch.compile`` (``--torch_compile`` modes, default
 ``default``) with the fused AdamW, the strongest step a PyTorch user gets for two lines.
 
-Columns: ms/step; examples/s; MFU = matmul FLOPs of the step / time / the device's bf16 dense
+Columns: ms/step (the median step; every step ends with a device sync) and the steps' min-max;
+host ms (JAX: the median time until the step's call returned, i.e. dispatch, which runs ahead of
+the device; near ms/step when the host sets the pace); examples/s; MFU = matmul FLOPs of the step / time / the device's bf16 dense
 peak (`PEAK_BF16_TFLOPS`; n/a on a CPU); memory = the compiled JAX step's footprint (arguments +
 outputs + temporaries, `Compiled.memory_analysis`, on any backend) and PyTorch's
 ``max_memory_allocated`` (GPU only); warm-up s = tracing + compilation + first step, apart from
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -161,25 +164,39 @@ def engine_step(args, dtype, batch_np):
     compiled = run.train_step.lower(run.state, gb).compile()
 
   def one():
+    """One step; returns the seconds until the call returned (the host's dispatch: Python,
+    argument handling and launching the step's kernels, which runs ahead of the device)."""
+    t0 = time.perf_counter()
     run.state, out = compiled(run.state, gb)
+    dispatched = time.perf_counter() - t0
     jax.block_until_ready(out["loss"])
+    return dispatched
   return one, compiled, mesh
 
 
+def timed(one, steps):
+  """``(seconds of each step, what each call of one() returned)``: every step ends with a
+  device sync, so the spread shows outliers (a collection, a recompilation) a mean would hide."""
+  times, results = [], []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    results.append(one())
+    times.append(time.perf_counter() - t0)
+  return times, results
+
+
 def jax_step(args, dtype, batch_np):
-  """``(seconds per step, compiled memory GB, warm-up seconds)`` of the engine's step; the
-  warm-up holds tracing, compilation and the first step. ``args.profile_dir``: also a trace of
-  3 steps after the timed ones (`jax.profiler`, with a Perfetto ``*.trace.json.gz``)."""
+  """``(seconds of each step, compiled memory GB, warm-up seconds, host dispatch seconds of
+  each step)`` of the engine's step; the warm-up holds tracing, compilation and the first step.
+  ``args.profile_dir``: also a trace of 3 steps after the timed ones (`jax.profiler`, with a
+  Perfetto ``*.trace.json.gz``)."""
   import jax
   t0 = time.perf_counter()
   one, compiled, mesh = engine_step(args, dtype, batch_np)
   with jax.set_mesh(mesh):
     one()  # warm-up
     warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-      one()
-    seconds = (time.perf_counter() - t0) / args.steps
+    times, dispatch = timed(one, args.steps)
     if args.profile_dir:  # the compiled HLO names each traced op's model part (step_profile.py)
       os.makedirs(args.profile_dir, exist_ok=True)
       with open(os.path.join(args.profile_dir, "step.hlo.txt"), "w") as f:
@@ -187,11 +204,11 @@ def jax_step(args, dtype, batch_np):
       with jax.profiler.trace(args.profile_dir, create_perfetto_trace=True):
         for _ in range(3):
           one()
-    return seconds, _memory_gb(compiled), warm
+    return times, _memory_gb(compiled), warm, dispatch
 
 
 def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=None):
-  """``(seconds per step, peak GB or None, warm-up seconds)`` of the PyTorch step on ``device``:
+  """``(seconds of each step, peak GB or None, warm-up seconds)`` of the PyTorch step on ``device``:
   eager with PyTorch's default AdamW, or (``compile_mode``: a `torch.compile` mode, e.g.
   ``default``) the model compiled by TorchInductor with the fused AdamW, the strongest step a
   PyTorch user gets by changing two lines. The warm-up (first) step holds the compilation."""
@@ -223,15 +240,12 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=N
   one()
   one()  # a compiled step may recompile once its inputs' strides or grads settle
   warm = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(args.steps):
-    one()
-  seconds = (time.perf_counter() - t0) / args.steps
+  times, _ = timed(one, args.steps)
   mem = torch.cuda.max_memory_allocated() / 2**30 if device != "cpu" else None
   del model, opt, loss_of
   if compile_mode:
     torch.compiler.reset()  # frees the compiled graphs before the next row
-  return seconds, mem, warm
+  return times, mem, warm
 
 
 def train_flops(shape, batch, seq):
@@ -248,14 +262,16 @@ def _peak(kind):
 
 
 def _child(argv, env=None):
-  """``(seconds, compiled memory GB, allocator peak GB or None, warm-up seconds)`` of the JAX
-  step in a fresh process (its own runtime settings)."""
+  """``(seconds of each step, compiled memory GB, allocator peak GB or None, warm-up seconds,
+  host dispatch seconds of each step)`` of the JAX step in a fresh process (its own runtime
+  settings)."""
   out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
                        env=env, capture_output=True, text=True, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
   result = json.loads(out.stdout.strip().splitlines()[-1])
-  return result["seconds"], result["memory_gb"], result.get("peak_gb"), result["warm_s"]
+  return (result["step_s"], result["memory_gb"], result.get("peak_gb"), result["warm_s"],
+          result["dispatch_s"])
 
 
 def _profile_env():
@@ -269,7 +285,7 @@ def _subprocess_time(args, devices):
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu")
   argv = [a for a in sys.argv[1:] if not a.startswith(("--devices", "--dtype"))]
-  return _child([*argv, "--dtype=float32"], env)[0]
+  return _child([*argv, "--dtype=float32"], env)[0]  # seconds of each step
 
 
 def _runtime_args(args) -> dict:
@@ -327,12 +343,12 @@ def main():
       args.compilation_cache_dir = "none"
     runtime.configure(_runtime_args(args))
     batch = make_batch(args.batch, args.seq)
-    seconds, mem, warm = jax_step(args, dtypes[0], batch)
+    times, mem, warm, dispatch = jax_step(args, dtypes[0], batch)
     # The allocator's peak is this process's (the parent's JAX runs nothing): GPU/TPU only.
     import jax
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
     peak = stats.get("peak_bytes_in_use")
-    print(json.dumps({"seconds": seconds, "memory_gb": mem, "warm_s": warm,
+    print(json.dumps({"step_s": times, "dispatch_s": dispatch, "memory_gb": mem, "warm_s": warm,
                       "peak_gb": None if peak is None else peak / 2**30}))
     return
   import jax
@@ -360,13 +376,14 @@ def main():
   peak = _peak(kind) if platform != "cpu" else None
   flops = train_flops(args.shape, args.batch, args.seq)
   modes = [] if args.torch_compile == "none" else args.torch_compile.split(",")
-  rows, peaks = [], []  # rows: (name, seconds, memory GB, warm-up s, dtype)
+  rows, peaks = [], []  # rows: (name, seconds of each step, memory GB, warm-up s, dtype, host
+  # dispatch seconds of each step or None)
   for dtype in dtypes:
     short = 'bf16' if dtype == 'bfloat16' else 'f32'
     if not args.no_torch:
       t, mem, warm = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16")
       cast = "bf16 autocast" if dtype == "bfloat16" else "f32"
-      rows.append((f"torch eager {cast}", t, mem, warm, dtype))
+      rows.append((f"torch eager {cast}", t, mem, warm, dtype, None))
       for mode in modes:
         try:
           t, mem, warm = torch_step(args, batch, torch_dev, autocast_bf16=dtype == "bfloat16",
@@ -375,15 +392,15 @@ def main():
           print(f"# torch.compile {mode} {short}: failed, no row ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:200] if str(e) else ''})")
           continue
-        rows.append((f"torch.compile {mode} {short}", t, mem, warm, dtype))
+        rows.append((f"torch.compile {mode} {short}", t, mem, warm, dtype, None))
     argv = [a for a in sys.argv[1:]
             if not a.startswith(("--dtype", "--compare_runtime", "--profile_dir"))]
     if args.compare_runtime and platform == "cpu":
-      t, mem, _, warm = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
-                                "--xla_cpu_flags="])
-      rows.append((f"jax jit {short}, glibc malloc, no flags", t, mem, warm, dtype))
-    t, mem, peak_jax, warm = _child([*argv, f"--dtype={dtype}"])
-    rows.append((f"jax jit {short}", t, mem, warm, dtype))
+      t, mem, _, warm, host = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
+                                      "--xla_cpu_flags="])
+      rows.append((f"jax jit {short}, glibc malloc, no flags", t, mem, warm, dtype, host))
+    t, mem, peak_jax, warm, host = _child([*argv, f"--dtype={dtype}"])
+    rows.append((f"jax jit {short}", t, mem, warm, dtype, host))
     if peak_jax is not None:
       peaks.append(f"{short} {peak_jax:.2f} GB")
     if args.profile_dir:  # its own process: the timed one runs as a user's would
@@ -392,7 +409,7 @@ def main():
   if args.devices and platform == "cpu":
     for n in (1, 8):
       rows.append((f"jax jit f32, {n} simulated CPU dev", _subprocess_time(args, n), None, None,
-                   "float32"))
+                   "float32", None))
   print_table(rows, args, flops, peak)
   if peaks:  # read in each JAX child: the parent process allocates nothing on the device
     print(f"jax allocator peak device memory (each step's own process): {', '.join(peaks)}")
@@ -401,25 +418,34 @@ def main():
 
 
 def print_table(rows, args, flops, peak):
-  """One line per row. ``vs eager``: the PyTorch eager step's time in the same dtype over the
-  row's; ``vs best torch``: the fastest PyTorch row (eager or compiled) in the same dtype over
-  the row's, so a JAX row above 1.00 beats every PyTorch step measured; ``warm-up s``: the first
-  steps with tracing and compilation (PyTorch: two steps; JAX: compile + one step)."""
-  eager = {d: t for n, t, _, _, d in rows if n.startswith("torch eager")}
+  """One line per row; every time is the median of the timed steps (each ends with a device
+  sync), ``min-max`` their spread. ``host ms``: JAX only, the median time until the step's call
+  returned (dispatch: Python, arguments, launching the kernels; n/a for PyTorch, whose call
+  returns per op); a value near ms/step means the host, not the device, sets the pace.
+  ``vs eager``: the PyTorch eager step's time in the same dtype over the row's; ``vs best
+  torch``: the fastest PyTorch row (eager or compiled) in the same dtype over the row's, so a JAX
+  row above 1.00 beats every PyTorch step measured; ``warm-up s``: the first steps with tracing
+  and compilation (PyTorch: two steps; JAX: compile + one step)."""
+  med = lambda xs: statistics.median(xs)  # noqa: E731
+  eager = {d: med(t) for n, t, _, _, d, _ in rows if n.startswith("torch eager")}
   best = {}
-  for n, t, _, _, d in rows:
+  for n, t, _, _, d, _ in rows:
     if n.startswith("torch"):
-      best[d] = min(best.get(d, t), t)
-  header = (f"{'step':<36} {'ms/step':>9} {'examples/s':>11} {'MFU':>6} {'mem GB':>7} "
-            f"{'warm-up s':>9} {'vs eager':>9} {'vs best torch':>14}")
+      best[d] = min(best.get(d, med(t)), med(t))
+  header = (f"{'step':<36} {'ms/step':>9} {'min-max':>13} {'host ms':>8} {'examples/s':>11} "
+            f"{'MFU':>6} {'mem GB':>7} {'warm-up s':>9} {'vs eager':>9} {'vs best torch':>14}")
   print(header)
   print("-" * len(header))
-  for name, t, mem, warm, dtype in rows:
+  for name, times, mem, warm, dtype, host in rows:
+    t = med(times)
+    spread = f"{1e3 * min(times):.1f}-{1e3 * max(times):.1f}"
     mfu = f"{100 * flops / t / (peak * 1e12):.1f}%" if peak else "n/a"
     vs_eager = f"{eager[dtype] / t:.2f}" if dtype in eager else "n/a"
     vs_best = f"{best[dtype] / t:.2f}" if dtype in best else "n/a"
-    print(f"{name:<36} {1e3 * t:>9.1f} {args.batch / t:>11.2f} {mfu:>6} {_fmt(mem, '.2f'):>7} "
-          f"{_fmt(warm, '.1f'):>9} {vs_eager:>9} {vs_best:>14}")
+    host_ms = _fmt(None if host is None else 1e3 * med(host), ".1f")
+    print(f"{name:<36} {1e3 * t:>9.1f} {spread:>13} {host_ms:>8} {args.batch / t:>11.2f} "
+          f"{mfu:>6} {_fmt(mem, '.2f'):>7} {_fmt(warm, '.1f'):>9} {vs_eager:>9} "
+          f"{vs_best:>14}")
 
 
 if __name__ == "__main__":
