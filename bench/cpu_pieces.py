@@ -88,7 +88,7 @@ def jax_pieces(args, batch_np):
     def update(state, grads):
       m, opt = nnx.merge(graphdef, state)
       opt.update(m, grads)
-      return nnx.state((m, opt))
+      return nnx.as_pure(nnx.state((m, opt)))
 
     forward = jax.jit(loss_of).lower(run.state).compile()
     fwd_bwd = jax.jit(grads_of).lower(run.state).compile()

@@ -230,7 +230,7 @@ def size_step(config: ml_collections.ConfigDict, devices: Sequence | None = None
     train, _ = step_lib.jit_steps(graphdef, shardings, mesh, config.mesh.rules,
                                   {k: len(v.shape) for k, v in spec.items()
                                    if k != "example_mask"})
-    compiled = train.lower(state, spec).compile()
+    compiled = train.lower(nnx.as_pure(state), spec).compile()
   seconds = time.perf_counter() - t0
   total = per_device = 0
   leaves = jax.tree_util.tree_leaves(state)

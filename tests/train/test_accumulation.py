@@ -67,3 +67,22 @@ def test_two_accumulated_half_batches_equal_one_full_batch():
     np.testing.assert_allclose(y, x, atol=atol, err_msg=name)
     moved.append(np.abs(x - z).max())
   assert max(moved) > 1e-4  # the update happened (after the second half batch)
+
+
+def test_the_stepped_state_is_pure_on_both_sides_of_the_call():
+  """The engine steps a state of plain arrays (poi_jax/train/step.py): a `Variable` left in it
+  costs Python time per array on each call (docs/performance.md "The step's host time")."""
+  config = squad2.get_config("tiny")
+  mesh = mesh_lib.make_mesh(config.mesh)
+  model = tasks.build_model(config, nnx.Rngs(0))
+  tx, _ = optim.make_optimizer(config.optim, 10)
+  with jax.set_mesh(mesh):
+    run = step_lib.create_sharded_state(model, nnx.Optimizer(model, tx, wrt=nnx.Param), mesh,
+                                        config.mesh.rules,
+                                        {k: v.ndim for k, v in _batch().items()
+                                         if k != "example_mask"})
+    after, _ = run.train_step(run.state, placement.global_batch(_batch(), mesh))
+  is_variable = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
+  for tree in (run.state, run.shardings, after):
+    assert not any(map(is_variable, jax.tree.leaves(tree, is_leaf=is_variable)))
+  assert jax.tree.structure(after) == jax.tree.structure(run.state)

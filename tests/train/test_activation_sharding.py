@@ -58,12 +58,12 @@ def test_parameters_follow_the_rules(result):
   specs = {k: v for k, v in result["specs"].items() if "opt_state" not in k}
   layer = "[0]['encoder']['encoder']['albert_layer_groups'][0]['albert_layers'][0]"
   want = {
-      "[0]['encoder']['embeddings']['word_embeddings']['embedding'].value": "('tensor', 'fsdp')",
-      f"{layer}['ffn']['kernel'].value": "('fsdp', 'tensor')",
-      f"{layer}['ffn_output']['kernel'].value": "('tensor', 'fsdp')",
-      f"{layer}['attention']['query']['kernel'].value": "('fsdp', 'tensor')",
-      f"{layer}['attention']['query']['bias'].value": "('tensor',)",
-      "[0]['pos_embeddings']['embedding'].value": "(None, 'fsdp')",
+      "[0]['encoder']['embeddings']['word_embeddings']['embedding']": "('tensor', 'fsdp')",
+      f"{layer}['ffn']['kernel']": "('fsdp', 'tensor')",
+      f"{layer}['ffn_output']['kernel']": "('tensor', 'fsdp')",
+      f"{layer}['attention']['query']['kernel']": "('fsdp', 'tensor')",
+      f"{layer}['attention']['query']['bias']": "('tensor',)",
+      "[0]['pos_embeddings']['embedding']": "(None, 'fsdp')",
   }
   for name, spec in want.items():
     assert specs[name] == spec, (name, specs[name])

@@ -90,12 +90,12 @@ def test_same_loss_and_update_on_every_mesh(steps, mesh):
     np.testing.assert_allclose(params[name], params0[name], atol=1e-5, rtol=0, err_msg=name)
 
 
-_WORD = "[0]['encoder']['embeddings']['word_embeddings']['embedding'].value"
+_WORD = "[0]['encoder']['embeddings']['word_embeddings']['embedding']"
 _QUERY = ("[0]['encoder']['encoder']['albert_layer_groups'][0]['albert_layers'][0]['attention']"
-          "['query']['kernel'].value")
+          "['query']['kernel']")
 _FFN_OUT = ("[0]['encoder']['encoder']['albert_layer_groups'][0]['albert_layers'][0]"
-            "['ffn_output']['kernel'].value")
-_LN = "[0]['encoder']['embeddings']['LayerNorm']['scale'].value"
+            "['ffn_output']['kernel']")
+_LN = "[0]['encoder']['embeddings']['LayerNorm']['scale']"
 _MU_QUERY = _QUERY.replace("[0]", "[1]['opt_state'][1][0]['mu']", 1)
 
 # Expected placements, from poi_jax/config/base.py's rules: vocab->tensor, embed->fsdp, mlp->tensor,
