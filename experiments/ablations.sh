@@ -36,7 +36,8 @@
 # together; data generated here, seeded; DISTRACTORS=1|5 for the other counts, QOPN's default
 # blocks and the window only); squad1cpu's claims under issue 50's two protocols: squad1cpusel
 # (each arm at each rate of LRS on 2 held-out training articles), squad1cpubest (each arm at its
-# choice: ENC_LR, NOPOS_LR, POI_LR) and squad1cpupaper (POI-Net's Table 2 settings).
+# choice: ENC_LR, NOPOS_LR, POI_LR) and squad1cpupaper (POI-Net's Table 2 settings); ARMS="enc
+# nopos poi" (the default) picks the arms of squad1cpusel and squad1cpupaper.
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
 what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu probe probe10}
@@ -214,9 +215,11 @@ case $what in
     # (lr 1e-5, warm-up 10%, batch 24, 2 epochs = 189 steps) with what the CPU forces kept from
     # squad1cpu (all-MiniLM-L6-v2 for ALBERT, 192 tokens for 512, the sample's 1,506 questions;
     # SEEDS default 3)
-    local arms=("model.head=none model.pos_embedding=false" "model.head=poi model.pos_embedding=false"
-                "model.head=poi model.pos_embedding=true")
-    local cells=() seeds=${SEEDS:-3} holdout=() extra=()
+    local arms=() cells=() seeds=${SEEDS:-3} holdout=() extra=()
+    declare -A arm_of=([enc]="model.head=none model.pos_embedding=false"
+                       [nopos]="model.head=poi model.pos_embedding=false"
+                       [poi]="model.head=poi model.pos_embedding=true")
+    for a in ${ARMS:-enc nopos poi}; do arms+=("${arm_of[$a]}"); done
     case $what in
       squad1cpusel)
         [ -e $DATA/squad2/train.json ] || python3 experiments/ablation_data.py --out=$DATA --only=squad2
@@ -226,9 +229,9 @@ case $what in
         seeds=${SEEDS:-1} holdout=(--holdout=0.2)
         extra=(--config.data.train_file=$DATA/squad2/train.json) ;;
       squad1cpubest)
-        local lrs=("${ENC_LR:-}" "${NOPOS_LR:-}" "${POI_LR:-}")
-        for i in 0 1 2; do
-          [ -n "${lrs[$i]}" ] && cells+=(--cell "${arms[$i]} optim.lr=${lrs[$i]}")
+        declare -A lr_of=([enc]="${ENC_LR:-}" [nopos]="${NOPOS_LR:-}" [poi]="${POI_LR:-}")
+        for a in enc nopos poi; do
+          [ -n "${lr_of[$a]}" ] && cells+=(--cell "${arm_of[$a]} optim.lr=${lr_of[$a]}")
         done
         [ ${#cells[@]} -gt 0 ] || { echo "squad1cpubest: set ENC_LR, NOPOS_LR and/or POI_LR" >&2; return 2; }
         seeds=${SEEDS:-5} ;;
