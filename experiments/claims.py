@@ -160,7 +160,7 @@ def select(data: dict, name: str, ablation: dict, *, key: str, arms: dict[str, s
     if sel.get(field, value) != value:
       raise ValueError(f"selection {name!r} was made with {field} {sel[field]!r}, not {value!r}: "
                        "another setting is another selection (--name)")
-  for row in ablation["cells"]:
+  for row in (r for r in ablation["cells"] if r["seeds"]):  # cells with finished runs
     values = [o.split("=", 1)[1] for o in row["overrides"] if o.startswith(f"--config.{key}=")]
     rest = frozenset(o for o in row["overrides"] if not o.startswith(f"--config.{key}="))
     label = next((a for a, want in wanted.items() if want == rest), None)

@@ -192,6 +192,10 @@ def test_select_files_every_run_under_its_arm_and_value_and_chooses_by_the_rule(
                                      ("poi", "true", "1e-4", 1, 30.0)]),
                 key="optim.lr", arms=ARMS, metric="f1", meta=META)
   assert sel["seeds"] == [0, 1] and sel["choice"]["POI-Net"] == "5e-5"
+  unfinished = _sweep([("poi", "true", "4e-4", 0, 0.0)])
+  unfinished["cells"][0]["seeds"] = []  # planned, not run: no value of its own
+  claims.select(data, "sel", unfinished, key="optim.lr", arms=ARMS, metric="f1", meta=META)
+  assert "4e-4" not in sel["arms"]["POI-Net"]["scores"]
   assert claims.selection_table(data, "sel").splitlines()[2] == "| 5e-5 | 20.00 | **29.00** |"
   with pytest.raises(ValueError, match="another setting is another selection"):
     claims.select(data, "sel", _sweep([]), key="optim.lr", arms=ARMS, metric="exact_match",
