@@ -98,10 +98,7 @@ def test_the_committed_claims_name_cells_that_were_run():
 
 
 def test_the_learning_rate_curve_reads_every_dev_run():
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("plot_lr", ROOT / "experiments" / "plot_lr.py")
-  plot_lr = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(plot_lr)
+  from experiments import plot_lr
   runs = plot_lr.dev_scores(json.loads((ROOT / "docs" / "claims.json").read_text()))
   assert {lr: len(a) for lr, a in runs["plain encoder"].items()} == {1e-5: 2, 2e-5: 2, 3e-5: 1,
                                                                      5e-5: 5}
