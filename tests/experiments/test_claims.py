@@ -103,6 +103,11 @@ def test_the_learning_rate_curve_reads_every_dev_run():
   assert {lr: len(a) for lr, a in runs["plain encoder"].items()} == {1e-5: 2, 2e-5: 2, 3e-5: 1,
                                                                      5e-5: 5}
   assert {lr: len(a) for lr, a in runs["POI-Net"].items()} == {1e-5: 2, 2e-5: 2, 3e-5: 6, 5e-5: 5}
+  # the CPU task: the shared runs at the config's own 1e-4 (no flag) and each arm at its choice
+  runs = plot_lr.dev_scores(json.loads((ROOT / "docs" / "claims.json").read_text()), "squad1cpu")
+  assert {arm: {lr: len(a) for lr, a in r.items()} for arm, r in runs.items()} == {
+      "plain encoder": {1e-4: 5, 2e-4: 5}, "co-attention, no POS": {1e-4: 5},
+      "POI-Net": {1e-4: 5, 2e-4: 5}}
 
 
 def _selection(enc: dict, poi: dict, choice: dict) -> dict:
