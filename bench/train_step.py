@@ -21,9 +21,10 @@ with the default `torch.optim.AdamW`, and ``torch.compile`` (``--torch_compile``
 
 Columns: ms/step (the median step; every step ends with a device sync) and the steps' min-max;
 host ms (JAX: the median time until the step's call returned, i.e. dispatch, which runs ahead of
-the device; near ms/step when the host sets the pace); examples/s; MFU = matmul FLOPs of the step / time / the device's bf16 dense
-peak (`PEAK_BF16_TFLOPS`; n/a on a CPU); memory = the compiled JAX step's footprint (arguments +
-outputs + temporaries, `Compiled.memory_analysis`, on any backend) and PyTorch's
+the device; near ms/step when the host sets the pace); examples/s; MFU = matmul FLOPs of the
+step / time / the device's bf16 dense peak (`PEAK_BF16_TFLOPS`; n/a on a CPU); memory = the
+compiled JAX step's footprint (arguments + outputs + temporaries, `Compiled.memory_analysis`, on
+any backend) and PyTorch's
 ``max_memory_allocated`` (GPU only); warm-up s = tracing + compilation + first step, apart from
 the timed steps; vs eager / vs best torch = PyTorch eager's / the fastest PyTorch row's time in the
 same dtype over the row's (a JAX row's ``vs best torch`` above 1.00 beats every PyTorch step).
@@ -426,12 +427,12 @@ def print_table(rows, args, flops, peak):
   torch``: the fastest PyTorch row (eager or compiled) in the same dtype over the row's, so a JAX
   row above 1.00 beats every PyTorch step measured; ``warm-up s``: the first steps with tracing
   and compilation (PyTorch: two steps; JAX: compile + one step)."""
-  med = lambda xs: statistics.median(xs)  # noqa: E731
+  med = statistics.median
   eager = {d: med(t) for n, t, _, _, d, _ in rows if n.startswith("torch eager")}
   best = {}
   for n, t, _, _, d, _ in rows:
     if n.startswith("torch"):
-      best[d] = min(best.get(d, med(t)), med(t))
+      best[d] = min(best.get(d, float("inf")), med(t))
   header = (f"{'step':<36} {'ms/step':>9} {'min-max':>13} {'host ms':>8} {'examples/s':>11} "
             f"{'MFU':>6} {'mem GB':>7} {'warm-up s':>9} {'vs eager':>9} {'vs best torch':>14}")
   print(header)
