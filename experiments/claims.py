@@ -22,9 +22,9 @@ for runs of an engine that recorded none.
   the result: the grid (one config key), the split of the *training* data it was scored on, the
   rule fixed before the runs, every arm's held-out score per value and seed, and the choice;
   ``select`` writes one from the held-out sweep's ``ablation.json`` (``dreamsel``'s first rates
-  were typed from the notebook, their result files lost). ``table`` checks that the choice is what the rule gives on those scores (`choose`), and that
-  each arm's evaluation runs used its own choice (`ran_at`), so a row cannot quietly pair other
-  settings.
+  were typed from the notebook, their result files lost). ``table`` checks that the choice is
+  what the rule gives on those scores (`choose`), and that each arm's evaluation runs used its
+  own choice (`ran_at`), so a row cannot quietly pair other settings.
 * ``measurements``: per measurement (an `experiments/ablations.sh` name), its command, device,
   software and date, and per cell the score of every seed and metric. ``merge`` adds a run's seeds
   from `experiments/ablation.py`'s ``ablation.json``; seeds already there are replaced only if the
@@ -151,7 +151,8 @@ def select(data: dict, name: str, ablation: dict, *, key: str, arms: dict[str, s
   ``key``, as ``"model.head=poi model.pos_embedding=true"``) and its value of ``key``, and each
   arm's choice by the rule (`choose`). A selection already there gains the new values and seeds
   (a grid extended, a second seed), never under another key, metric or split."""
-  wanted = {label: frozenset(f"--config.{kv}" for kv in spec.split()) for label, spec in arms.items()}
+  wanted = {label: frozenset(f"--config.{kv}" for kv in spec.split())
+            for label, spec in arms.items()}
   sel = data.setdefault("selections", {}).get(name)
   if sel is None:
     sel = {"key": key, "metric": metric, "rule": RULE.format(metric=metric),

@@ -28,9 +28,10 @@ from poi_jax.train import placement
 
 def train_step(graphdef, state, batch, *, mesh=None, rules=()):
   """One optimizer update: ``state`` = pure nnx state of (model, optimizer); ``batch`` holds the
-  model's arrays plus ``example_mask``. Returns the new state and ``{"loss", "grad_norm"}`` (scalars).
-  Dropout keys come from the RNG state inside the model, so the step is a pure function.
-  Activations are constrained by the logical ``rules`` on ``mesh`` (`poi_jax.layers.sharding`)."""
+  model's arrays plus ``example_mask``. Returns the new (pure) state and ``{"loss",
+  "grad_norm"}`` (scalars). Dropout keys come from the RNG state inside the model, so the step is
+  a pure function. Activations are constrained by the logical ``rules`` on ``mesh``
+  (`poi_jax.layers.sharding`)."""
   model, optimizer = nnx.merge(graphdef, state)
 
   def loss_fn(m):
