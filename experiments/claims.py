@@ -357,11 +357,15 @@ def main(argv: list[str]) -> int:
             "several machines): give --device")
   args.software = args.software or recorded(ablation, "software") or ""
   if args.action == "select":
+    try:
+      arms = json.loads(args.arms)
+    except json.JSONDecodeError as e:
+      p.error(f"--arms: not JSON ({e}); give {{label: the cell's other overrides}}")
     meta = {k: getattr(args, k) for k in ("split", "split_short", "setting", "declared",
                                           "command", "date", "device", "software")}
     meta["source"] = f"the runs' {pathlib.Path(args.ablation).name}"
     _write_atomic(path, select(data, args.name, ablation, key=args.key,
-                               arms=json.loads(args.arms), metric=args.metric, meta=meta))
+                               arms=arms, metric=args.metric, meta=meta))
     print(f"{path}: selection {args.name} chooses {data['selections'][args.name]['choice']}")
     return 0
   _write_atomic(path, merge(data, args.measurement, ablation, command=args.command,
