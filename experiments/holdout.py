@@ -17,8 +17,9 @@ Grouping: whole passages go to one side, so that no passage (and none of its que
 * a RACE directory (``*/*.txt``, one passage per file): by file (symbolic links in two directories).
 
 The held-out groups are the ``round(fraction * n)`` (at least 1, at most n - 1) groups whose
-SHA-1 of ``seed:key`` is smallest (key: the article's title and index, the dialogue's id, the line's
-``example_id``, the file's path): the same file gives the same split on every machine.
+SHA-1 of ``seed:key`` is smallest (key: the article's title, or the story's ``storyId``, and
+index; the dialogue's id; the line's ``example_id``; the file's path): the same file gives the
+same split on every machine.
 """
 from __future__ import annotations
 
@@ -59,7 +60,10 @@ def _carve_json(path, out_dir, fraction, seed):
   with open(path) as f:
     data = json.load(f)
   if isinstance(data, dict) and isinstance(data.get("data"), list):  # SQuAD format
-    keys = [str(a.get("title", i)) + f"#{i}" for i, a in enumerate(data["data"])]
+    # NewsQA's stories have a storyId where SQuAD's articles have a title: a story and the same
+    # passage in SQuAD format (the QOPN-vs-window pairs of experiments/ablation_data.py) land on
+    # the same side
+    keys = [str(a.get("title", a.get("storyId", i))) + f"#{i}" for i, a in enumerate(data["data"])]
     train, held = _split(data["data"], keys, fraction, seed, path)
     wrap = lambda arts: dict(data, data=arts)
   elif isinstance(data, list) and all(isinstance(d, list) and len(d) == 3 for d in data):  # DREAM

@@ -181,6 +181,23 @@ def test_holdout_groups_whole_passages_deterministically(tmp_path):
     holdout.carve(str(one), str(tmp_path / "o"), 0.5)
 
 
+def test_holdout_splits_a_newsqa_file_as_the_same_passages_in_squad_format(tmp_path):
+  # QOPN reads NewsQA's format, its sliding-window baseline SQuAD's (experiments/ablation_data.py
+  # writes both of one set of passages): a held-out split must hold out the same passages in both
+  from tests.data import qopn_fixtures
+  articles = [(f"Story-{i}", f"text {i} answer", [(f"q{i}?", [(7, 13)], f"id{i}")])
+              for i in range(12)]
+  news = qopn_fixtures.write_newsqa(tmp_path / "newsqa.json", articles)
+  squad = qopn_fixtures.write_nlquad(tmp_path / "squad.json", articles)
+  n_train, n_held = (json.loads(pathlib.Path(p).read_text())["data"]
+                     for p in holdout.carve(str(news), str(tmp_path / "n"), 0.25))
+  s_train, s_held = (json.loads(pathlib.Path(p).read_text())["data"]
+                     for p in holdout.carve(str(squad), str(tmp_path / "s"), 0.25))
+  assert len(n_held) == 3 and len(n_train) == 9
+  assert [a["storyId"] for a in n_held] == [a["title"] for a in s_held]
+  assert [a["storyId"] for a in n_train] == [a["title"] for a in s_train]
+
+
 def test_holdout_jsonl_by_line(tmp_path):
   src = tmp_path / "nq.jsonl"
   src.write_text("".join(json.dumps({"example_id": i}) + "\n" for i in range(20)))
@@ -251,3 +268,28 @@ def test_holdout_runs_train_and_evaluate_on_the_carved_split(tmp_path, monkeypat
   held = json.loads(pathlib.Path(files["--config.data.eval_file"]).read_text())
   train = json.loads(pathlib.Path(files["--config.data.train_file"]).read_text())
   assert len(held) == 2 and len(train) == 6
+
+
+def test_qopncpu_selection_data_holds_out_squad1cpusels_articles(tmp_path, data_dir):
+  # qopncpusel: qopncpu's training articles, less the two squad1cpusel held out, scored on those
+  # two; the evaluation articles 9-11 never appear
+  from experiments import ablation_data
+  squad = data_dir / "squad2" / "squad2-dev-subset.json"
+  titles = [a["title"] for a in json.loads(squad.read_text())["data"]]
+  squad1 = json.loads(squad.read_text())
+  squad1["data"] = squad1["data"][:9]
+  (tmp_path / "squad1.json").write_text(json.dumps(squad1))
+  _, held = holdout.carve(str(tmp_path / "squad1.json"), str(tmp_path / "h"), 0.2)
+  held_titles = sorted(a["title"] for a in json.loads(pathlib.Path(held).read_text())["data"])
+  assert [titles[i] for i in ablation_data.selection_articles(squad)] == held_titles
+
+  ablation_data.write(tmp_path / "out", data_dir, {"qopncpu", "qopncpusel"})
+  read = lambda name, f: json.loads((tmp_path / "out" / name / f).read_text())["data"]
+  source = lambda arts, key: {a[key].rsplit("-", 1)[0] for a in arts}
+  for fmt, key in (("newsqa", "storyId"), ("squad", "title")):
+    train, dev = read("qopncpusel", f"{fmt}-train.json"), read("qopncpusel", f"{fmt}-dev.json")
+    assert sorted(source(dev, key)) == held_titles
+    assert source(train, key) == set(titles[:7]) - set(held_titles)
+    # the passages of qopncpu's training file, split in two, none on both sides
+    assert sorted(a[key] for a in train + dev) == sorted(
+        a[key] for a in read("qopncpu", f"{fmt}-train.json"))
