@@ -57,13 +57,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import pathlib
 import statistics
 import sys
-import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script
+  sys.path.insert(0, str(ROOT))
+from poi_jax.io import write_json_atomic  # noqa: E402
+
 CLAIMS = ROOT / "docs" / "claims.json"
 LEVEL = 0.95
 
@@ -134,8 +136,6 @@ def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
     return values[-1]
   if not m["settings"].get("config"):
     return None
-  if str(ROOT) not in sys.path:  # run as a script
-    sys.path.insert(0, str(ROOT))
   from experiments import ablation  # loads a config file: only for rows that need it
   return str(ablation.config_value(str(ROOT / m["settings"]["config"]), [], key))
 
@@ -202,11 +202,8 @@ def _load(path: pathlib.Path) -> dict:
 
 
 def _write_atomic(path: pathlib.Path, data: dict) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-  with os.fdopen(fd, "w") as f:
-    json.dump(data, f, indent=1, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  """claims.json as it is kept in git (indent 1, sorted keys, a final newline), written whole."""
+  write_json_atomic(str(path), data, sort_keys=True, indent=1, end="\n")
 
 
 def merge(data: dict, measurement: str, ablation: dict, *, command: str, device: str, date: str,

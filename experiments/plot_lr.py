@@ -18,6 +18,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -109,8 +110,10 @@ def plot(data: dict, name: str) -> pathlib.Path:
   fig.suptitle(fig_spec.title, fontsize=10)
   fig.tight_layout()
   out = ROOT / "docs" / "figures" / f"{name}_lr.svg"
-  fig.savefig(out, metadata={"Date": None})
+  tmp = out.with_name(f".{out.name}.tmp")  # written whole, then renamed: never half a figure
+  fig.savefig(tmp, format="svg", metadata={"Date": None})
   plt.close(fig)
+  os.replace(tmp, out)
   return out
 
 

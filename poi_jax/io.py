@@ -19,15 +19,18 @@ def default_mode(directory: bool = False) -> int:
   return (0o777 if directory else 0o666) & ~_umask()
 
 
-def write_json_atomic(path: str, obj, *, sort_keys: bool = False) -> None:
-  """Writes ``obj`` as JSON to a temporary file beside ``path`` and renames it over ``path``, so
-  a reader (or a run killed mid-write) never sees a half-written file."""
+def write_json_atomic(path: str, obj, *, sort_keys: bool = False, indent: int = 2,
+                      end: str = "") -> None:
+  """Writes ``obj`` as JSON (then ``end``, e.g. a newline for a file kept in git) to a temporary
+  file beside ``path`` and renames it over ``path``, so a reader (or a run killed mid-write)
+  never sees a half-written file."""
   d = os.path.dirname(os.path.abspath(path))
   os.makedirs(d, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
   try:
     with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=2, sort_keys=sort_keys)
+      json.dump(obj, f, indent=indent, sort_keys=sort_keys)
+      f.write(end)
     os.chmod(tmp, default_mode())
     os.replace(tmp, path)
   except BaseException:

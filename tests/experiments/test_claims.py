@@ -79,6 +79,21 @@ def test_merge_adds_seeds_and_refuses_other_settings(tmp_path):
   assert claims.main(["table", f"--claims={path}"]) == 0  # no file yet: an empty table
 
 
+def test_the_merge_command_rewrites_claims_json_whole_and_readable(tmp_path):
+  # the file as kept in git (indent 1, sorted keys, a final newline), with the permissions a
+  # plain write gives: a temporary file's 0600 must not reach the committed file
+  import os
+  from poi_jax.io import default_mode
+  path, abl = tmp_path / "claims.json", tmp_path / "ablation.json"
+  abl.write_text(json.dumps(_ablation([(0, 50.0)])))
+  assert claims.main(["merge", f"--claims={path}", "--measurement=m", f"--ablation={abl}",
+                      "--command=c", "--date=2026-11-27", "--device=d"]) == 0
+  text = path.read_text()
+  assert text == json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"
+  assert os.stat(path).st_mode & 0o777 == default_mode()
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
 def test_the_committed_claims_name_cells_that_were_run():
   data = json.loads((ROOT / "docs" / "claims.json").read_text())
   for c in data["claims"]:
