@@ -276,7 +276,8 @@ case $what in
     declare -A cell_of=([qopn]="model.qopn.block_style=paper_residual"
                         [window]="model.head=none model.pos_embedding=false")
     declare -A data_of=([qopn]=newsqa [window]=squad)
-    declare -A own_of=([qopn]="" [window]="--config.data.doc_stride=64 --config.train.batch_size=16")
+    declare -A own_of=([qopn]=""
+                       [window]="--config.data.doc_stride=64 --config.train.batch_size=16")
     local extra="--config.train.max_steps=-1 --config.train.epochs=1 --config.optim.lr=1e-4"
     case $what in
       qopncpusel) P=$DATA/qopncpusel seeds=${SEEDS:-1} ;;
@@ -291,7 +292,8 @@ case $what in
     for a in ${ARMS:-qopn window}; do
       local cells=()
       case $what in
-        qopncpusel) for lr in ${LRS:-5e-5 1e-4 2e-4}; do cells+=(--cell "${cell_of[$a]} optim.lr=$lr"); done ;;
+        qopncpusel)
+          for lr in ${LRS:-5e-5 1e-4 2e-4}; do cells+=(--cell "${cell_of[$a]} optim.lr=$lr"); done ;;
         qopncpubest)
           declare -A lr_of=([qopn]="${QOPN_LR:-}" [window]="${WINDOW_LR:-}")
           [ -n "${lr_of[$a]}" ] || continue

@@ -3,7 +3,6 @@ experiments/holdout.py."""
 import json
 import pathlib
 import statistics
-import sys
 
 import pytest
 
