@@ -9,6 +9,10 @@ state, model signature). orbax writes each step to a temporary directory and ren
 complete, so a crash never leaves a half-written checkpoint that a resume would pick up.
 ``<workdir>/model_signature.json`` records which model the workdir belongs to: a run with another
 model in the same workdir is refused before anything is compiled.
+
+A step saved when its evaluation was stopped (SIGTERM during an evaluation: `PreemptionWatcher`)
+has no metrics; the resumed run evaluates it and saves it again with them (`Checkpointer.save`),
+moving the first save to ``checkpoints-rescoring/`` until the second is committed.
 """
 from __future__ import annotations
 
@@ -16,9 +20,9 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -122,6 +126,7 @@ class Checkpointer:
     self.higher_is_better = higher_is_better
     _quiet_orbax()
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self._rescoring = self.directory + "-rescoring"
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_names=("state", "meta"))
 
@@ -150,8 +155,52 @@ class Checkpointer:
     return best if best is not None else self.latest_step()
 
   def save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None = None) -> None:
+    """Saves ``step``; a step already saved is left as it is, unless it has no metrics and
+    ``metrics`` are given (its evaluation was stopped, then run again after the resume): then it
+    is saved again with them, so that best-k ranks it."""
     if step in self.manager.all_steps():
+      if metrics is not None and self.best_metric and not self.manager.metrics(step):
+        self._rescore(step, state, meta, metrics)
       return
+    self._save(step, state, meta, metrics)
+
+  def _rescore(self, step: int, state: nnx.State, meta: dict, metrics: dict) -> None:
+    """``step`` saved again with ``metrics``: the first save is moved aside, the new one written,
+    then the first deleted; a process killed in between finds the first save where it was put
+    and moves it back (`_recover_rescoring`), so the step is never lost."""
+    aside = os.path.join(self._rescoring, str(step))
+    if jax.process_index() == 0:
+      os.makedirs(self._rescoring, exist_ok=True)
+      os.replace(os.path.join(self.directory, str(step)), aside)
+    _sync("poi_jax: a checkpoint set aside to be saved again with its metrics")
+    self.manager.reload()
+    self._save(step, state, meta, metrics)
+    if jax.process_index() == 0:
+      shutil.rmtree(aside)
+      if not os.listdir(self._rescoring):
+        os.rmdir(self._rescoring)
+
+  def _recover_rescoring(self) -> None:
+    """Finishes a `_rescore` that a killed process left: a step whose new save committed loses
+    its first save; one whose new save did not gets its first save back."""
+    if not os.path.isdir(self._rescoring):
+      return
+    if jax.process_index() == 0:
+      for name in os.listdir(self._rescoring):
+        target = os.path.join(self.directory, name)
+        if os.path.isdir(target) and ocp.utils.is_checkpoint_finalized(target):
+          shutil.rmtree(os.path.join(self._rescoring, name))
+        else:
+          if os.path.exists(target):
+            shutil.rmtree(target)
+          os.replace(os.path.join(self._rescoring, name), target)
+          print(f"checkpoint {name} restored from {self._rescoring} (a save with its metrics "
+                "was interrupted)", flush=True)
+      os.rmdir(self._rescoring)
+    _sync("poi_jax: interrupted rescoring finished")
+    self.manager.reload()
+
+  def _save(self, step: int, state: nnx.State, meta: dict, metrics: dict | None) -> None:
     pure = _to_storable(nnx.to_pure_dict(state))
     try:
       self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(pure),
@@ -193,6 +242,7 @@ class Checkpointer:
     no checkpoint at all. A damaged one (files truncated or deleted, a save that never
     committed) is reported in one line and the one before it is tried; when every checkpoint is
     damaged, `poi_jax.faults.NoIntactCheckpoint` (never a silent start from scratch)."""
+    self._recover_rescoring()
     steps = sorted(self.manager.all_steps(), reverse=True)
     damaged = []
     for step in steps:
@@ -228,9 +278,7 @@ class Checkpointer:
           target += f".{len(os.listdir(aside))}"
         os.replace(os.path.join(self.directory, str(step)), target)
       print(f"damaged checkpoint(s) {', '.join(map(str, steps))} moved to {aside}", flush=True)
-    if jax.process_count() > 1:
-      from jax.experimental import multihost_utils
-      multihost_utils.sync_global_devices("poi_jax: damaged checkpoints set aside")
+    _sync("poi_jax: damaged checkpoints set aside")
     self.manager.reload()
 
   def _damage(self, step: int) -> str | None:
@@ -247,6 +295,13 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+def _sync(name: str) -> None:
+  """Every process waits here for the others (file moves are process 0's)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
 
 
 class PreemptionWatcher:

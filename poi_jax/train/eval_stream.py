@@ -8,11 +8,14 @@ batch padded and masked), exactly the batches a whole-split prediction runs: a b
 two shards is predicted once and its rows go to both. A shard holds every window of its records
 (the manifest's ``records`` range; shards are cut after a whole record), so a shard is a chunk of
 whole examples (`poi_jax.tasks.base.Evaluator`).
+
+A training run's evaluation can be stopped between two batches (``stop``: the preemption
+watcher's poll, which every process calls at the same batch): `EvaluationStopped`.
 """
 from __future__ import annotations
 
 import itertools
-from typing import Iterator
+from typing import Callable, Iterator
 
 import jax
 import numpy as np
@@ -27,13 +30,26 @@ from poi_jax.prepare import splits as splits_lib
 from poi_jax.train import placement
 
 
-def predict_by_shard(run, split, batch_size: int, *,
-                     desc: str = "predict") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+class EvaluationStopped(Exception):
+  """Raised between two evaluation batches when ``stop()`` says so (SIGTERM or Ctrl-C during a
+  training run's evaluation): the training loop saves the step's checkpoint and exits, and the
+  resumed run evaluates that step again."""
+
+
+def _check(stop: Callable[[], bool] | None) -> None:
+  if stop is not None and stop():
+    raise EvaluationStopped("evaluation stopped between two batches")
+
+
+def predict_by_shard(run, split, batch_size: int, *, desc: str = "predict",
+                     stop: Callable[[], bool] | None = None
+                     ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
   """``(shard position, {name: (windows of the shard, ...)})`` for every shard of ``split``, in
   order: the model's outputs on that shard's windows (numpy). With length buckets
-  (`poi_jax.data.buckets`): `_predict_bucketed`."""
+  (`poi_jax.data.buckets`): `_predict_bucketed`. ``stop`` is polled after each batch
+  (`EvaluationStopped`)."""
   if buckets.enabled(run.task.buckets(run.config)):
-    yield from _predict_bucketed(run, split, batch_size, desc=desc)
+    yield from _predict_bucketed(run, split, batch_size, desc=desc, stop=stop)
     return
   sharded = run.sharded
   rows = split.shards.rows(run.task.model_keys)
@@ -58,6 +74,7 @@ def predict_by_shard(run, split, batch_size: int, *,
     held += real
     predicted += real
     bar.update(1)
+    _check(stop)
     return True
 
   try:
@@ -79,8 +96,9 @@ def predict_by_shard(run, split, batch_size: int, *,
     bar.close()
 
 
-def _predict_bucketed(run, split, batch_size: int, *,
-                      desc: str) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+def _predict_bucketed(run, split, batch_size: int, *, desc: str,
+                      stop: Callable[[], bool] | None = None
+                      ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
   """`predict_by_shard` with length buckets: each shard's windows ordered by length (stable),
   cut into global batches of ``batch_size`` (the last one padded, ``example_mask`` 0), each cut
   to the bucket of its longest window; the outputs are padded back to ``max_seq_length`` and put
@@ -119,6 +137,7 @@ def _predict_bucketed(run, split, batch_size: int, *,
                                         full, task.length_outputs))
         order.append(idx)
         bar.update(1)
+        _check(stop)
       back = np.empty(need, np.int64)
       back[np.concatenate(order)] = np.arange(need)
       joined = {k: np.concatenate([o[k] for o in outs])[back] for k in outs[0]}
@@ -139,17 +158,18 @@ def _output_shapes(run, split, batch_size: int) -> dict:
   return {k: np.zeros(v.shape, v.dtype) for k, v in out.items()}
 
 
-def chunks(run, split, batch_size: int, *,
-           desc: str = "predict") -> Iterator[tuple[list, Features, dict[str, np.ndarray]]]:
+def chunks(run, split, batch_size: int, *, desc: str = "predict",
+           stop: Callable[[], bool] | None = None
+           ) -> Iterator[tuple[list, Features, dict[str, np.ndarray]]]:
   """``(records, features, outputs)`` of each shard of ``split``, in order: the shard's records
   (streamed again from the task's reader, capped as when the shards were built), its arrays and
   meta with record indices counted from its first record, and the model's outputs on its
   windows. Raises `ShardError` when the source no longer yields the records the shards were
-  built from (their count)."""
+  built from (their count), `EvaluationStopped` when ``stop()`` is true after a batch."""
   task, config = run.task, run.config
   records = iter(splits_lib.stream_records(task, config, split.role))
   manifest = split.shards.manifest
-  for index, outputs in predict_by_shard(run, split, batch_size, desc=desc):
+  for index, outputs in predict_by_shard(run, split, batch_size, desc=desc, stop=stop):
     lo, hi = manifest["shards"][index]["records"]
     chunk = list(itertools.islice(records, hi - lo))
     if len(chunk) != hi - lo:

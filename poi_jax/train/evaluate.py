@@ -42,21 +42,23 @@ def _publish(staging: str, out_dir: str, whole_dir: bool) -> None:
   os.rmdir(staging)
 
 
-def _decode(run, split, out_dir: str, *, score: bool, desc: str) -> dict:
+def _decode(run, split, out_dir: str, *, score: bool, desc: str, stop=None) -> dict:
   """Streams ``split`` shard by shard through the task's evaluator, which writes into
   ``out_dir``; returns its scores."""
   with run.task.evaluator(run.config, out_dir, score=score) as evaluator:
     for records, features, outputs in eval_stream.chunks(
-        run, split, run.config.train.eval_batch_size, desc=desc):
+        run, split, run.config.train.eval_batch_size, desc=desc, stop=stop):
       evaluator.add(records, features, outputs)
     return evaluator.finish()
 
 
-def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
+def evaluate(run, *, step: int, meta_fn=None, save: bool = True, stop=None) -> dict:
   """Predicts ``run.eval``, decodes and (except in predict mode) scores it. Every process predicts
   its rows of every batch and decodes and scores the gathered outputs (they must pass the same
   metrics to orbax); only process 0 writes. With ``save`` (training), the checkpoint of ``step``
-  is saved with its metric so the best one is known."""
+  is saved with its metric so the best one is known. ``stop`` (training: the preemption
+  watcher's poll) is called after every batch; when it is true the evaluation is abandoned,
+  nothing of it written, and `eval_stream.EvaluationStopped` raised."""
   config, split = run.config, run.eval
   score = run.mode != "predict"
   desc = "predict" if not score else f"eval @ {step}"
@@ -70,7 +72,7 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
       os.makedirs(parent, exist_ok=True)
       staging = tempfile.mkdtemp(dir=parent, prefix=".staging-")
       os.chmod(staging, default_mode(directory=True))
-      results = _decode(run, split, staging, score=score, desc=desc)
+      results = _decode(run, split, staging, score=score, desc=desc, stop=stop)
       write_json_atomic(os.path.join(staging, "eval_results.json"),
                         dict(results, step=step, **counts))
       if run.mode in ("eval", "predict"):
@@ -99,7 +101,7 @@ def evaluate(run, *, step: int, meta_fn=None, save: bool = True) -> dict:
                  f"{','.join(map(str, run.task.buckets(config)))})")
   else:
     with tempfile.TemporaryDirectory() as scratch:
-      results = _decode(run, split, scratch, score=score, desc=desc)
+      results = _decode(run, split, scratch, score=score, desc=desc, stop=stop)
   if save and step > 0:
     metric = run.checkpointer.best_metric
     # Every numeric score is kept with the checkpoint: `poi_jax.inference.reader` reads the SQuAD

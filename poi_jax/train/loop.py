@@ -42,6 +42,7 @@ from poi_jax.faults import NoIntactCheckpoint
 from poi_jax.faults import nonfinite
 from poi_jax.faults import watchdog
 from poi_jax.model_files import checkpoint as ckpt_lib
+from poi_jax.train import eval_stream
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import placement
 from poi_jax.train.run import MODES, Run, setup_run
@@ -183,7 +184,8 @@ def _check_finite(run: Run, window: list, step: int, *, params: bool = False) ->
 
 def train(run: Run, *, evaluate_at_end: bool) -> dict:
   """The training loop: resume, step, log, evaluate every ``train.eval_every`` steps (default:
-  each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C."""
+  each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C (during an evaluation too: the
+  resumed run evaluates that step first)."""
   config, sharded, checkpointer, writer = run.config, run.sharded, run.checkpointer, run.writer
   loader = _train_loader(run)
   bucket_lengths = run.task.buckets(config)
@@ -195,11 +197,14 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   # The newest checkpoint that restores completely: a damaged one is named and skipped, and a
   # workdir whose checkpoints are all damaged is an error, never a silent start from scratch.
   found = checkpointer.restore_latest_intact(sharded.state)
+  eval_pending = False  # the checkpoint was saved when its evaluation was stopped
   if found is not None:
     _, sharded.state, meta = found
     loader.set_state(meta["loader"])
     step = int(meta["step"])
-    print(f"resumed from checkpoint {step} in {run.workdir}")
+    eval_pending = bool(meta.get("eval_pending")) and has_eval
+    print(f"resumed from checkpoint {step} in {run.workdir}"
+          + (" (its evaluation was stopped: evaluating it again)" if eval_pending else ""))
   writer.resume(step)  # rows a killed run logged past its last checkpoint go
 
   def meta():
@@ -211,47 +216,64 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   throughput = Throughput(step, config.train.batch_size)
   first_step = step + 1
   window: list = []  # step outputs since the last log, still on the device
-  with ckpt_lib.PreemptionWatcher() as watcher, _closing(bar):  # (closed before any error line)
-    while step < micro_total:
-      batch = placement.global_batch(next(loader), sharded.mesh)
-      sharded.state, out = sharded.train_step(sharded.state, batch)
-      step += 1
-      bar.update(1)
-      window.append(out)
-      # Progress for the stuck-process check (a Python counter): just before the step's
-      # all-gather, so a process hung anywhere else in the step stays one step behind the others.
-      watchdog.progress(step)
-      preempt = watcher.requested()  # (one all-gather per step in a multi-process run)
-      if step == first_step:  # compiled and ran: time from here
-        jax.block_until_ready(out)
-        throughput.restart(step)
-      saving = (step % config.train.save_every == 0 or step == micro_total
-                or (has_eval and step % eval_every == 0) or preempt)
-      if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
-        _check_finite(run, window, step, params=True)
-      if step % config.train.log_every == 0 or step == micro_total:
-        _log_window(run, window, step, loader, throughput, bar)
-        window = []
-      evaluated = False
-      if has_eval and (step % eval_every == 0) and step < micro_total:
-        results = eval_lib.evaluate(run, step=step, meta_fn=meta)
-        evaluated = True
-      final_eval = step == micro_total and evaluate_at_end and has_eval
-      if not evaluated and not final_eval and (step % config.train.save_every == 0
-                                               or step == micro_total):
-        checkpointer.save(step, sharded.state, meta())  # (the final eval saves with its metrics)
-      if evaluated or step % config.train.save_every == 0:
-        throughput.restart(step)
-      if preempt:
-        checkpointer.save(step, sharded.state, meta())
-        bar.close()
-        signum = watcher.signum or signal.SIGTERM  # (another process got it)
-        # (the process's last line, printed by the entry point: docs/reliability.md)
-        raise Preempted(f"{signal.Signals(signum).name}: checkpoint {step} saved in "
-                        f"{run.workdir}; run the same command again to resume", signum)
-  bar.close()
-  if evaluate_at_end and has_eval:
-    results = eval_lib.evaluate(run, step=step, meta_fn=meta)
+  watcher = ckpt_lib.PreemptionWatcher()
+
+  def preempted() -> Preempted:
+    signum = watcher.signum or signal.SIGTERM  # (another process got it)
+    # (the process's last line, printed by the entry point: docs/reliability.md)
+    return Preempted(f"{signal.Signals(signum).name}: checkpoint {step} saved in "
+                     f"{run.workdir}; run the same command again to resume", signum)
+
+  # The watcher covers the evaluations too: a SIGTERM or Ctrl-C during one stops it after the
+  # batch in flight (`eval_stream.EvaluationStopped`); the step is saved, marked so that the
+  # resumed run evaluates it again (the final evaluation included), and the run exits as below.
+  with watcher, _closing(bar):  # (closed before any error line)
+    try:
+      if eval_pending and step < micro_total:  # (the final step's is the final evaluation)
+        results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+      while step < micro_total:
+        batch = placement.global_batch(next(loader), sharded.mesh)
+        sharded.state, out = sharded.train_step(sharded.state, batch)
+        step += 1
+        bar.update(1)
+        window.append(out)
+        # Progress for the stuck-process check (a Python counter): just before the step's
+        # all-gather, so a process hung anywhere else in the step stays one step behind.
+        watchdog.progress(step)
+        preempt = watcher.requested()  # (one all-gather per step in a multi-process run)
+        if step == first_step:  # compiled and ran: time from here
+          jax.block_until_ready(out)
+          throughput.restart(step)
+        saving = (step % config.train.save_every == 0 or step == micro_total
+                  or (has_eval and step % eval_every == 0) or preempt)
+        if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
+          _check_finite(run, window, step, params=True)
+        if step % config.train.log_every == 0 or step == micro_total:
+          _log_window(run, window, step, loader, throughput, bar)
+          window = []
+        evaluated = False
+        if has_eval and (step % eval_every == 0) and step < micro_total and not preempt:
+          results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+          evaluated = True
+        final_eval = step == micro_total and evaluate_at_end and has_eval
+        if not (evaluated or final_eval or preempt) and (step % config.train.save_every == 0
+                                                         or step == micro_total):
+          checkpointer.save(step, sharded.state, meta())  # (an evaluation saves with its metrics)
+        if evaluated or step % config.train.save_every == 0:
+          throughput.restart(step)
+        if preempt:  # an evaluation due at this step is left to the resumed run
+          pending = final_eval or (has_eval and step % eval_every == 0 and step < micro_total)
+          checkpointer.save(step, sharded.state, dict(meta(), eval_pending=True) if pending
+                            else meta())
+          bar.close()
+          raise preempted()
+      bar.close()
+      if evaluate_at_end and has_eval:
+        results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+    except eval_stream.EvaluationStopped:
+      checkpointer.save(step, sharded.state, dict(meta(), eval_pending=True))
+      bar.close()
+      raise preempted() from None
   if run.is_chief:
     print(f"compiled step shapes: train {compiled_shapes(sharded)}, predict "
           f"{compiled_shapes(sharded, 'predict_step')} (length buckets "

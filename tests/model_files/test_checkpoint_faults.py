@@ -116,3 +116,36 @@ def test_no_intact_checkpoint_is_one_line_not_a_fresh_start(tmp_path, capsys):
     ck.restore_latest_intact(_state(0))
   assert "steps 2, 1 are all damaged" in str(e.value) and "\n" not in str(e.value)
   assert Checkpointer(str(tmp_path / "empty"), keep=1).restore_latest_intact(_state(0)) is None
+
+
+@pytest.mark.parametrize("killed", ["before the new save", "after the new save"])
+def test_a_step_saved_again_with_its_scores_is_never_lost(tmp_path, capsys, killed):
+  # A step whose evaluation was stopped is saved without scores; saving it again with them moves
+  # the first save aside until the second is committed. A process killed in between leaves
+  # one of them: the next start keeps the committed one and never loses the step.
+  ck = Checkpointer(str(tmp_path), keep=1, best_metric="f1")
+  ck.save(2, _state(2), {"step": 2, "eval_pending": True})
+  ck.save(2, _state(2), {"step": 2}, metrics={"f1": 50.0})  # the resumed run's evaluation
+  assert ck.manager.metrics(2) == {"f1": 50.0} and ck.best_step() == 2
+  assert not (tmp_path / "checkpoints-rescoring").exists()
+
+  ck.save(4, _state(4), {"step": 4, "eval_pending": True})
+  first = tmp_path / "checkpoints" / "4"
+  aside = tmp_path / "checkpoints-rescoring" / "4"
+  if killed == "before the new save":  # the first save moved aside, the new one never written
+    aside.parent.mkdir()
+    os.replace(first, aside)
+  else:  # the new save committed, the first save not yet deleted
+    ck.save(4, _state(40), {"step": 4}, metrics={"f1": 60.0})
+    aside.parent.mkdir()
+    ck2 = Checkpointer(str(tmp_path / "copy"), keep=1)
+    ck2.save(4, _state(4), {"step": 4, "eval_pending": True})
+    os.replace(tmp_path / "copy" / "checkpoints" / "4", aside)
+  step, state, meta = Checkpointer(str(tmp_path), keep=1, best_metric="f1").restore_latest_intact(
+      _state(0))
+  assert step == 4 and not aside.parent.exists()
+  if killed == "before the new save":
+    assert meta["eval_pending"] and np.array_equal(_w(state), _w(_state(4)))
+    assert "checkpoint 4 restored from" in capsys.readouterr().out
+  else:
+    assert "eval_pending" not in meta and np.array_equal(_w(state), _w(_state(40)))
