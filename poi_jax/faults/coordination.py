@@ -49,6 +49,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
   from poi_jax import jax_internals
   distributed = jax_internals.distributed_module()
+  # JAX's preemption service installs a SIGTERM handler that only notes the signal for its own
+  # sync points, which poi-jax does not use (the training loop's PreemptionWatcher agrees on a
+  # step itself). Left on, a SIGTERM before the loop's watcher was set (start-up, compiling) was
+  # swallowed: the process logged "SIGTERM caught" and ran on to its end. Off, such a SIGTERM
+  # ends the process as in a one-process run, and the others name it.
+  jax.config.update("jax_enable_preemption_service", False)
   with _client_callback(distributed, _on_service_error):
     jax.distributed.initialize(coordinator_address, num_processes, process_id, **timeouts)
   _STATE.update(address=distributed.global_state.coordinator_address,

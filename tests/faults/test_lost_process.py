@@ -6,7 +6,9 @@ and all-gathers, as the training loop does). Four pairs run at once, sharing the
   within seconds, instead of JAX's C++ fatal log (`poi_jax.faults.coordination`); SIGSTOPped
   (the coordination service freezes with it): named after the watchdog's timeout (3 s here);
 * process 1 is SIGKILLed: process 0 names it after the watchdog's timeout (3 s here);
-* process 1 deadlocks at step 20 while alive: both name it after ``stuck_timeout_s`` (3 s here).
+* process 1 deadlocks at step 20 while alive: both name it after ``stuck_timeout_s`` (3 s here);
+* process 1 gets SIGTERM outside a training loop (as while a run starts up): it ends, and process
+  0 names it (JAX's preemption service used to catch the signal and let the process run on).
 
 The same with a training run and a resume: tests/train/test_distributed.py.
 """
@@ -28,6 +30,8 @@ SCENARIOS = {
     "coordinator_stopped": ("run", (0, signal.SIGSTOP), 3, 300),  # the service itself freezes
     "process_killed": ("run", (1, signal.SIGKILL), 3, 300),
     "stuck": ("hang", None, 30, 3),
+    # SIGTERM before a training loop's preemption watcher is set (start-up, compiling)
+    "process_terminated": ("run", (1, signal.SIGTERM), 3, 300),
 }
 LOST = 70  # poi_jax.faults.ProcessLost.exit_code
 
@@ -146,3 +150,16 @@ def test_an_alive_but_stuck_process_is_named_by_both(runs):
                            "progress for "), (i, last)
     assert "while process 0 reached step 20" in last and "stuck_timeout_s=3" in last
     assert f"stopping process {i}." in last
+
+
+def test_a_sigterm_outside_the_training_loop_ends_the_process(runs):
+  # jax's preemption service (on by default) caught SIGTERM and only logged it
+  # ("preemption_notifier.cc: SIGTERM caught"): a run signalled while it started up ran on to
+  # its end, past a scheduler's grace period
+  run = runs["process_terminated"]
+  assert run["rc"] == [LOST, -signal.SIGTERM], run["out"][1][-3000:]
+  assert "SIGTERM caught" not in run["out"][1]
+  assert run["took"] < 3 + 20, run["took"]
+  _clean(run["out"][0])
+  last = run["out"][0].strip().splitlines()[-1]
+  assert re.match(r"error: lost process 1 of 2 at step \d+: no heartbeat for \d+ s", last), last
