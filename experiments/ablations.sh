@@ -214,7 +214,7 @@ case $what in
     # the 9 training articles and scored on the other 2 (--holdout=0.2: 428 questions), SEEDS
     # default 1); best, the evaluation stage (each arm at its chosen rate: ENC_LR, NOPOS_LR,
     # POI_LR, an unset one skipped; SEEDS default 5); paper, POI-Net's Table 2 for SQuAD 1.1
-    # (lr 1e-5, warm-up 10%, batch 24, 2 epochs = 189 steps) with what the CPU forces kept from
+    # (lr 1e-5, warm-up 10%, batch 24, 2 epochs = 188 steps) with what the CPU forces kept from
     # squad1cpu (all-MiniLM-L6-v2 for ALBERT, 192 tokens for 512, the sample's 1,506 questions;
     # SEEDS default 3)
     local arms=() cells=() seeds=${SEEDS:-3} holdout=() extra=()
