@@ -176,6 +176,15 @@ def plan(args, extra: list[str]) -> list[Run]:
   for assignment in cells(args):
     name = cell_name(assignment)
     overrides = [f"--config.{k}={v}" for k, v in assignment]
+    # The extra flags come after the cell's, and the last assignment of a key wins: a key set
+    # in both would run every cell at the extra flag's value, silently (and name the runs by
+    # values they never used).
+    clash = [f for k, _ in assignment for f in extra if f.startswith(f"--config.{k}=")]
+    if clash:
+      spec = " ".join(f"{k}={v}" for k, v in assignment)
+      raise SystemExit(f"error: cell {spec!r} sets what the flags after -- set "
+                       f"again ({' '.join(clash)}), which would override the cell's value in "
+                       "every run: drop it from the flags after --")
     for seed in seeds:
       workdir = pathlib.Path(args.workdir) / name / f"seed-{seed}"
       argv = [sys.executable, "-m", args.module, f"--config={args.config}",

@@ -278,7 +278,9 @@ case $what in
     declare -A data_of=([qopn]=newsqa [window]=squad)
     declare -A own_of=([qopn]=""
                        [window]="--config.data.doc_stride=64 --config.train.batch_size=16")
-    local extra="--config.train.max_steps=-1 --config.train.epochs=1 --config.optim.lr=1e-4"
+    # (no optim.lr here: ablation.py passes these after the cell's flags, so a rate here would
+    # override the cell's; sel and best set it in each cell)
+    local extra="--config.train.max_steps=-1 --config.train.epochs=1"
     case $what in
       qopncpusel) P=$DATA/qopncpusel seeds=${SEEDS:-1} ;;
       qopncpubest) seeds=${SEEDS:-5} ;;

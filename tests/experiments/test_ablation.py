@@ -104,6 +104,12 @@ def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
   with pytest.raises(SystemExit, match="not both"):
     ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none", "--grid",
                    "optim.lr=1", f"--workdir={tmp_path}", "--metrics=accuracy"])
+  # a key set by a cell and again by the flags after --: the later flag would win in every run
+  with pytest.raises(SystemExit, match=r"cell 'model.head=poi optim.lr=0.5' sets what the flags "
+                     r"after -- set again \(--config.optim.lr=1e-4\)"):
+    ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
+                   "--cell", "model.head=poi optim.lr=0.5", f"--workdir={tmp_path / 'x'}",
+                   "--metrics=accuracy", "--no_run", "--", "--config.optim.lr=1e-4"])
 
 
 def test_runs_carry_their_device_and_software_to_the_claims(tmp_path, monkeypatch):
