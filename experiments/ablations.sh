@@ -28,7 +28,8 @@
 # workdir-ablations/<MEASUREMENT>.tgz without $OUT). Each `run` fits one 10-minute device command
 # on an H100 (estimated from the slow suite's wall times: docs/results.md).
 #
-# CPU-scale measurements (run here, no carry; each run minutes on 2 cores; SEEDS=5 for five):
+# CPU-scale measurements (run here, no carry; each run minutes on 2 cores; SEEDS=5 for five,
+# SEED_VALUES=3,4 for seeds 3 and 4 only):
 # squad1cpu (the CPU quickstart's task, configs/squad1.py:minilm_cpu unchanged: plain encoder,
 # co-attention without POS, POI-Net), qopncpu (QOPN's default blocks vs the window on 2-paragraph
 # articles, 1 epoch: the `qopn` claim sized for the CPU; data built here) and probe (the
@@ -50,6 +51,8 @@ DATA=${DATA:-/tmp/data}
 # One evaluation at the end, no intermediate checkpoints, no HuggingFace export (the slow suite's).
 ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config.train.export_best=false"
 RUN="python3 experiments/ablation.py --seeds=${SEEDS:-3}"
+# SEED_VALUES=3,4: only those seeds (over SEEDS), e.g. to add seeds to a measurement run before
+[ -n "${SEED_VALUES:-}" ] && RUN="$RUN --seed_values=$SEED_VALUES"
 [ "$cmd" = table ] && RUN="$RUN --no_run"
 
 wheels() {  # the packages the device image lacks (docs/ablations.md), for its Python 3.12
@@ -266,8 +269,8 @@ case $what in
     # LRS, default 5e-5 1e-4 2e-4, SEEDS default 1, on qopncpusel's data: trained on qopncpu's
     # training articles less the two squad1cpusel held out (738 q), scored on those two (428 q));
     # best, the evaluation stage (each arm at its choice: QOPN_LR, WINDOW_LR, an unset one
-    # skipped; an arm choosing 1e-4 is qopncpu's own cell: SEEDS=5 ... run qopncpu; SEEDS default
-    # 5); paper, QOPN's settings (its section 4: Adam lr 3e-5 without weight decay, warm-up 10%,
+    # skipped; an arm choosing 1e-4 is qopncpu's own cell: SEED_VALUES=3,4 ... run qopncpu;
+    # SEEDS default 5); paper, QOPN's settings (its section 4: Adam lr 3e-5 without weight decay, warm-up 10%,
     # 6 epochs, batch 32, the same for every variant) for both arms, with what the CPU forces
     # kept from qopncpu (all-MiniLM-L6-v2 for RoBERTa-large, 128 tokens for 512, the 2-paragraph
     # articles of 7 training articles; SEEDS default 3)
