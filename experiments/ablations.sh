@@ -40,10 +40,11 @@
 # choice: ENC_LR, NOPOS_LR, POI_LR) and squad1cpupaper (POI-Net's Table 2 settings); ARMS="enc
 # nopos poi" (the default) picks the arms of squad1cpusel and squad1cpupaper; qopncpu's claim
 # under the same two protocols: qopncpusel, qopncpubest (QOPN_LR, WINDOW_LR) and qopncpupaper
-# (QOPN's settings), ARMS="qopn window".
+# (QOPN's settings), ARMS="qopn window"; a CPU-sized DREAM under both: dreamcpusel, dreamcpubest
+# (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run ~20-40 min here).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -189,6 +190,43 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=4 --config.data.max_seq_length=512 \
       --config.train.batch_size=24 --config.optim.lr=1e-5 $ONCE ;;
+  dreamcpusel|dreamcpubest|dreamcpupaper)  # the DREAM claim sized for 2 CPU cores, under
+    # issue 50's two protocols (declared 2026-11-27, session 51, before any of their runs; the
+    # size from the pilot in docs/notebook.md): all-MiniLM-L6-v2 for ALBERT, 128 tokens for 512,
+    # the plain encoder and POI-Net (ARMS="enc poi", the default), one run at a time. sel, the
+    # selection stage: each arm at each rate of LRS (default 2e-5 5e-5 1e-4), batch 16, 2 epochs,
+    # trained on 90% of the training dialogues and scored on the other 10% (--holdout=0.1, as
+    # dreamsel; dev never read), SEEDS default 1; best, the evaluation stage: each arm at its
+    # choice (ENC_LR, POI_LR; an unset one skipped), all training dialogues -> dev, SEEDS default
+    # 5; paper, POI-Net's Table 2 for DREAM (lr 1e-5, batch 24, 4 epochs) for both arms, SEEDS
+    # default 3
+    local seeds=${SEEDS:-5} cells=() holdout=()
+    declare -A arm_of=([enc]="model.head=none model.pos_embedding=false"
+                       [poi]="model.head=poi model.pos_embedding=true")
+    declare -A lr_of=([enc]="${ENC_LR:-}" [poi]="${POI_LR:-}")
+    # (no optim.lr among the common flags for sel and best: ablation.py passes them after the
+    # cells' own, so a rate there would override every cell's)
+    local common="--config.train.max_steps=-1 --config.train.epochs=2 --config.train.batch_size=16"
+    for a in ${ARMS:-enc poi}; do
+      case $what in
+        dreamcpusel)
+          for lr in ${LRS:-2e-5 5e-5 1e-4}; do cells+=(--cell "${arm_of[$a]} optim.lr=$lr"); done ;;
+        dreamcpubest) [ -z "${lr_of[$a]}" ] || cells+=(--cell "${arm_of[$a]} optim.lr=${lr_of[$a]}") ;;
+        dreamcpupaper) cells+=(--cell "${arm_of[$a]}") ;;
+      esac
+    done
+    case $what in
+      dreamcpusel) seeds=${SEEDS:-1} holdout=(--holdout=0.1) ;;
+      dreamcpupaper) seeds=${SEEDS:-3}
+        common="--config.train.max_steps=-1 --config.train.epochs=4 --config.train.batch_size=24
+          --config.optim.lr=1e-5" ;;
+    esac
+    [ ${#cells[@]} -gt 0 ] || { echo "dreamcpubest: set ENC_LR and/or POI_LR" >&2; return 2; }
+    local dream; dream=$(cd "$SHARED/dream" && pwd)
+    $RUN --seeds=$seeds --config=configs/dream.py:minilm "${cells[@]}" "${holdout[@]}" \
+      --parallel=1 --metrics=accuracy --workdir=$W/$what -- $common \
+      --config.data.max_seq_length=128 $ONCE --config.runtime.cpu_malloc=system \
+      --config.data.train_file=$dream/train.json --config.data.eval_file=$dream/dev.json ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
       --cell "model.head=poi model.pos_embedding=false" \
