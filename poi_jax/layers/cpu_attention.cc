@@ -16,8 +16,13 @@
 // Python side uses this kernel only without it). Work is split over (batch, head) pairs on XLA's
 // intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same rows.
 //
-// Portable C++17 with GCC/Clang vector extensions (16-float vectors: one AVX-512 register, two
-// AVX2 registers, four NEON ones); built on first use by poi_jax/layers/cpu_attention.py.
+// Portable C++17 with GCC/Clang vector extensions, one vector per register of the machine it is
+// built for (-march=native): 16 floats with AVX-512, 8 with AVX/AVX2, 4 elsewhere (NEON, SSE).
+// The register tiles of the products are sized to that register file (`TILE_COLS`): 16-float
+// vectors on an AVX2 machine (two registers each) made the 4 x 4 tiles spill, and the kernel ran
+// 6.8x slower than XLA's attention on a 2-core AMD EPYC without AVX-512 (issue 51). Built on
+// first use by poi_jax/layers/cpu_attention.py; POI_VEC_WIDTH / POI_TILE_COLS override the
+// choice (tests build every width on any machine).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -35,9 +40,31 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-constexpr int W = 16;   // floats per vector
+#ifndef POI_VEC_WIDTH
+#if defined(__AVX512F__)
+#define POI_VEC_WIDTH 16
+#elif defined(__AVX__)
+#define POI_VEC_WIDTH 8
+#else
+#define POI_VEC_WIDTH 4
+#endif
+#endif
+#ifndef POI_TILE_COLS
+// Vectors of columns per register tile of 4 rows: the 4 x TILE_COLS accumulators and a broadcast
+// must stay in registers (the loaded vectors can be FMA memory operands): 32 zmm with AVX-512
+// (4 x 4), 16 ymm with AVX2 (4 x 3: on a 2-core AMD EPYC without AVX-512, 8 x 384 x 12 heads of
+// 64, forward + backward 204 ms, 245 ms with 4 x 2), 32 NEON registers (4 x 4).
+#define POI_TILE_COLS (POI_VEC_WIDTH == 8 ? 3 : 4)
+#endif
+
+constexpr int W = POI_VEC_WIDTH;        // floats per vector
+constexpr int TILE_COLS = POI_TILE_COLS;
+constexpr int PAD = 16;  // D and Lk padded to a multiple of 16 floats, whatever W (16 x 16 blocks
+                         // in `transpose_rows`)
+static_assert(W == 4 || W == 8 || W == 16, "POI_VEC_WIDTH must be 4, 8 or 16");
+static_assert(TILE_COLS >= 1 && TILE_COLS <= 8, "POI_TILE_COLS must be 1 to 8");
+typedef float vf __attribute__((vector_size(W * 4)));
+typedef int32_t vi __attribute__((vector_size(W * 4)));
 constexpr int BQ = 32;  // queries per block: BQ x Lk scores stay in L2 up to Lk of a few thousand
 
 inline vf ld(const float* p) { vf v; std::memcpy(&v, p, sizeof(v)); return v; }
@@ -96,18 +123,24 @@ inline void tile_abt(const float* A, const float* BT, int Dp, int Lkp, float* S)
     for (int c = 0; c < CN; ++c) st(S + (int64_t)r * Lkp + c * W, acc[r][c]);
 }
 
+// One tile of the `left` (< TILE_COLS) vectors at the end, its width a compile-time constant.
+template <int CN, typename Tile>
+inline void last_tile(int left, int c, Tile&& tile) {
+  if constexpr (CN > 0) {
+    if (left == CN) return tile(std::integral_constant<int, CN>{}, c);
+    last_tile<CN - 1>(left, c, tile);
+  }
+}
+
 // Calls tile(std::integral_constant<int, CN>, c) for the columns [0, n) (n a multiple of W):
-// tiles of four vectors, then one of the 1-3 left, so that every tile's width is a compile-time
-// constant.
+// tiles of TILE_COLS vectors, then one of the 1 to TILE_COLS - 1 left, so that every tile's
+// width is a compile-time constant.
 template <typename Tile>
 inline void over_column_tiles(int n, Tile&& tile) {
   int c = 0;
-  for (; c + 4 * W <= n; c += 4 * W) tile(std::integral_constant<int, 4>{}, c);
-  switch ((n - c) / W) {
-    case 3: tile(std::integral_constant<int, 3>{}, c); break;
-    case 2: tile(std::integral_constant<int, 2>{}, c); break;
-    case 1: tile(std::integral_constant<int, 1>{}, c); break;
-  }
+  for (; c + TILE_COLS * W <= n; c += TILE_COLS * W)
+    tile(std::integral_constant<int, TILE_COLS>{}, c);
+  last_tile<TILE_COLS - 1>((n - c) / W, c, tile);
 }
 
 template <int RN>
@@ -190,15 +223,15 @@ void mat_ptx_acc(const float* P, int R, const float* X, int Lk, int Lkp, int Dp,
 
 struct Dims {
   int64_t B, Lq, Lk, N, D;
-  int Dp, Lkp;  // D and Lk rounded up to a multiple of W
+  int Dp, Lkp;  // D and Lk rounded up to a multiple of PAD (so of W)
 };
 
 Dims dims_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k) {
   auto qd = q.dimensions();
   auto kd = k.dimensions();
   Dims d{qd[0], qd[1], kd[1], qd[2], qd[3], 0, 0};
-  d.Dp = static_cast<int>((d.D + W - 1) / W * W);
-  d.Lkp = static_cast<int>((d.Lk + W - 1) / W * W);
+  d.Dp = static_cast<int>((d.D + PAD - 1) / PAD * PAD);
+  d.Lkp = static_cast<int>((d.Lk + PAD - 1) / PAD * PAD);
   return d;
 }
 
@@ -228,7 +261,7 @@ void scatter(const float* in, const Dims& d, int64_t L, int64_t b, int64_t h, in
 // a time (both sides stay in cache: gathering straight from the strided (B, L, N, D) array into
 // columns was 5-10% of the backward, in cache misses).
 void transpose_rows(const float* rows, const Dims& d, float* out) {
-  constexpr int T = 16;
+  constexpr int T = PAD;
   for (int64_t j0 = 0; j0 < d.Lkp; j0 += T) {
     const int64_t jn = std::min<int64_t>(T, d.Lk - j0);
     for (int64_t c0 = 0; c0 < d.Dp; c0 += T) {

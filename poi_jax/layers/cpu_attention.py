@@ -15,8 +15,13 @@ C++ compiler (``$CXX``, else ``c++``/``g++`` on PATH; ``-O3 -march=native``: it 
 machine that runs it) against the XLA FFI headers that jaxlib ships, into
 ``$POI_JAX_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/poi_jax/kernels``, ``~/.cache/...``). The
 library's name hashes the source, the flags, the compiler, jaxlib's version and the CPU's
-features, so an upgrade or another machine sharing the home directory builds its own; the build
-writes to a temporary name and renames (atomic), so concurrent first uses are safe. No compiler,
+features, so an upgrade or another machine sharing the home directory builds its own. Its
+vectors and register tiles follow the machine's registers (16 floats and tiles of 4 x 4 vectors
+with AVX-512, 8 and 4 x 3 with AVX2, 4 and 4 x 4 elsewhere): with AVX-512's on an AVX2 CPU the
+tiles spilled and the kernel ran 6.8x slower than ``explicit_vjp`` (issue 51).
+``$POI_JAX_CPU_ATTENTION_VECTORS`` (``WxC``, e.g. ``8x3``) builds another width and tile, for
+tests and tuning. The build writes to a temporary name and renames (atomic), so concurrent
+first uses are safe. No compiler,
 or a failed build: `available()` is False with the reason (`unavailable_reason()`), logged once,
 and ``model.attention=auto`` keeps the ``explicit_vjp`` path; ``model.attention=cpu_kernel``
 raises that reason.
@@ -49,6 +54,9 @@ _FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std
 _TARGETS = {"poi_jax_cpu_attention_fwd": "PoiCpuAttentionForward",
             "poi_jax_cpu_attention_bwd": "PoiCpuAttentionBackward"}
 CACHE_ENV = "POI_JAX_KERNEL_CACHE"
+# "WxC": vectors of W floats (4, 8 or 16) and register tiles of C vectors, instead of the
+# kernel's choice for the machine (for tests and tuning; the library name hashes it too).
+VECTORS_ENV = "POI_JAX_CPU_ATTENTION_VECTORS"
 
 _log = logging.getLogger(__name__)
 _state: dict[str, object] = {}  # "reason": why the kernel is unavailable (set once tried)
@@ -82,14 +90,38 @@ def _cpu_features() -> str:
   return platform.machine() + platform.processor()
 
 
-def _library_path(compiler: str) -> str:
+def _flags() -> tuple[str, ...]:
+  """The compiler's flags: `_FLAGS`, and the vector width and tile of ``$VECTORS_ENV`` if set."""
+  vectors = os.environ.get(VECTORS_ENV, "").strip()
+  if not vectors:
+    return _FLAGS
+  width, _, cols = vectors.partition("x")
+  if width not in ("4", "8", "16") or not (cols.isdigit() and 1 <= int(cols) <= 8):
+    raise ValueError(f"${VECTORS_ENV} must be WxC with W 4, 8 or 16 and C 1 to 8, got {vectors!r}")
+  return (*_FLAGS, f"-DPOI_VEC_WIDTH={width}", f"-DPOI_TILE_COLS={cols}")
+
+
+def _digest(compiler: str) -> str:
+  """What the built library depends on: the source, the flags, the compiler, jaxlib's version
+  and the CPU's features."""
   import jaxlib
   digest = hashlib.sha256()
   with open(_SOURCE, "rb") as f:
     digest.update(f.read())
-  for part in (*_FLAGS, compiler, jaxlib.__version__, _cpu_features()):
+  for part in (*_flags(), compiler, jaxlib.__version__, _cpu_features()):
     digest.update(part.encode())
-  return os.path.join(cache_dir(), f"cpu_attention-{digest.hexdigest()[:16]}.so")
+  return digest.hexdigest()[:16]
+
+
+def _library_path(compiler: str) -> str:
+  return os.path.join(cache_dir(), f"cpu_attention-{_digest(compiler)}.so")
+
+
+def build_id() -> str:
+  """The kernel this process would build or load (`_digest`; "none" without a compiler): part of
+  ``auto``'s timing key (`cpu_attention_choice`), so that a changed kernel is timed again."""
+  compiler = _compiler()
+  return "none" if compiler is None else _digest(compiler)
 
 
 def _build(compiler: str, target: str) -> None:
@@ -97,7 +129,7 @@ def _build(compiler: str, target: str) -> None:
   fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=os.path.dirname(target))
   os.close(fd)
   try:
-    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
+    cmd = [compiler, *_flags(), f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
       raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{done.stderr[-2000:]}")

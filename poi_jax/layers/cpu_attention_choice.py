@@ -13,7 +13,8 @@ cuDNN's and XLA's GPU autotuners do for their own kernels:
   compiled on its own, the minimum of `REPEATS` runs after a warm-up (about 1-3 s, once).
 * **Cache**: one JSON file in the kernel cache (`cpu_attention.cache_dir`,
   ``$POI_JAX_KERNEL_CACHE``), keyed by the CPU (model name and feature flags), the usable cores,
-  jaxlib's version, the dtype, dropout and the shape; written atomically (a temporary file
+  jaxlib's version, the native kernel's build (`cpu_attention.build_id`: a changed kernel is
+  timed again), the dtype, dropout and the shape; written atomically (a temporary file
   renamed), so a concurrent writer costs at most a second timing. Another machine sharing the
   home directory gets keys of its own.
 * **No timing** (the rule instead: the native kernel where it applies, else ``explicit_vjp``)
@@ -108,8 +109,10 @@ def time_run(run: Callable[[], object], repeats: int = REPEATS) -> float:
 
 
 def key_of(shape: tuple[int, ...], dtype, dropout: bool) -> str:
-  return (f"{cpu_identity()}|{jax.numpy.dtype(dtype).name}|dropout {int(dropout)}|"
-          f"shape {'x'.join(map(str, shape))}")
+  # The native kernel's build (source, flags, compiler) is in the key: a timing of one build says
+  # nothing of the next (the AVX2 fix of 2026-11-27 made it 11x faster on such a CPU).
+  return (f"{cpu_identity()}|kernel {cpu_attention.build_id()}|{jax.numpy.dtype(dtype).name}|"
+          f"dropout {int(dropout)}|shape {'x'.join(map(str, shape))}")
 
 
 def fastest(key: str, candidates: Mapping[str, Callable[[], Callable[[], object]]],

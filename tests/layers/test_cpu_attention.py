@@ -1,8 +1,9 @@
 """The native CPU attention kernel (`poi_jax.layers.cpu_attention`, ``model.attention=cpu_kernel``):
 its forward and its hand-written backward against JAX's derivative of the explicit einsum-softmax
 path and against PyTorch's `scaled_dot_product_attention`, on shapes that exercise every edge of
-its blocking (query blocks of 32, 16-float vectors: lengths and head sizes that are not
-multiples, cross-attention, a fully padded example); its build cache and its failure message."""
+its blocking (query blocks of 32, vectors of 16, 8 or 4 floats: lengths and head sizes that are
+not multiples, cross-attention, a fully padded example), each vector width whatever the machine's;
+its build cache and its failure message."""
 import os
 import shutil
 import subprocess
@@ -108,6 +109,58 @@ def test_build_goes_to_the_cache_directory_once(tmp_path):
   stamp = built[0].stat().st_mtime_ns
   subprocess.run(child, env=env, check=True, timeout=600)
   assert list(tmp_path.iterdir()) == built and built[0].stat().st_mtime_ns == stamp
+
+
+# Each vector width's kernel (and a tile that leaves a remainder of every size), whatever this
+# machine's native one: the kernel built for an AVX-512 host is not the one an AVX2 host runs.
+_CHILD = """
+import sys, jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {root!r})
+from tests.layers.test_cpu_attention import SHAPES, _inputs
+from poi_jax.layers import attention, cpu_attention
+assert cpu_attention.available(), cpu_attention.unavailable_reason()
+for b, lq, lk, heads, dh, lengths in SHAPES[1:3] + [(1, 40, 40, 2, 112, [33])]:
+  q, k, v, keys, cot = _inputs(b, lq, lk, heads, dh, lengths)
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  mask = jnp.asarray(keys)[:, None, None, :]
+  got, got_vjp = jax.vjp(jax.jit(lambda q, k, v: cpu_attention.attention(q, k, v, bias)), q, k, v)
+  want, want_vjp = jax.vjp(lambda q, k, v: attention._explicit(q, k, v, mask, lambda p: p), q, k, v)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+  for g, w in zip(got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-6, rtol=0)
+print("equal", 3)
+"""
+
+
+def _native_vectors() -> str:
+  """The kernel's own choice here (cpu_attention.cc): 16x4 with AVX-512, 8x3 with AVX, else 4x4."""
+  flags = cpu_attention._cpu_features().split()
+  return "16x4" if "avx512f" in flags else "8x3" if "avx" in flags else "4x4"
+
+
+@needs_compiler
+@pytest.mark.parametrize("vectors", [v for v in ("16x4", "8x3", "4x4") if v != _native_vectors()])
+def test_every_vector_width_equals_the_explicit_path(vectors, tmp_path):
+  """The kernel built with the 16-, 8- and 4-float vectors of AVX-512, AVX2 and NEON
+  (`POI_JAX_CPU_ATTENTION_VECTORS`; this machine's own is the one the tests above run) against
+  the explicit path, forward and backward: cross-attention with a fully padded example, a head
+  of 64, and one of 112 floats (7 vectors of 16: a remainder tile of every width)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path),
+         cpu_attention.VECTORS_ENV: vectors, "JAX_PLATFORMS": "cpu"}
+  done = subprocess.run([sys.executable, "-c", _CHILD.format(root=root)], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "equal 3" in done.stdout
+  assert len(list(tmp_path.glob("cpu_attention-*.so"))) == 1
+
+
+def test_a_bad_vector_setting_is_a_clear_error(monkeypatch):
+  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "12x2")
+  with pytest.raises(ValueError, match="POI_JAX_CPU_ATTENTION_VECTORS must be WxC"):
+    cpu_attention._flags()
+  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "8x3")
+  assert cpu_attention._flags()[-2:] == ("-DPOI_VEC_WIDTH=8", "-DPOI_TILE_COLS=3")
 
 
 def test_no_compiler_is_a_clear_reason(monkeypatch):

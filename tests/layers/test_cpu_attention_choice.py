@@ -73,13 +73,17 @@ def test_a_failing_candidate_is_not_chosen(cache):
                         _fake_timer({"explicit_vjp": 1.0}, [])) == "explicit_vjp"
 
 
-def test_the_key_names_the_cpu_cores_jaxlib_dtype_dropout_and_shape():
+def test_the_key_names_the_cpu_cores_jaxlib_kernel_dtype_dropout_and_shape(monkeypatch):
   import jaxlib
   key = choice.key_of(LARGE, jnp.float32, True)
   assert f"jaxlib {jaxlib.__version__}" in key and "cores" in key and "flags " in key
+  assert f"kernel {attention.cpu_attention.build_id()}|" in key
   assert key.endswith("float32|dropout 1|shape 8x256x256x12x32")
   assert key != choice.key_of(LARGE, jnp.bfloat16, True) != choice.key_of(LARGE, jnp.float32,
                                                                             False)
+  # Another build of the native kernel (its source, flags or compiler changed) is timed again.
+  monkeypatch.setenv(attention.cpu_attention.VECTORS_ENV, "4x1")
+  assert choice.key_of(LARGE, jnp.float32, True) != key
 
 
 @pytest.fixture
