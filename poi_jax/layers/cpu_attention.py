@@ -101,27 +101,28 @@ def _flags() -> tuple[str, ...]:
   return (*_FLAGS, f"-DPOI_VEC_WIDTH={width}", f"-DPOI_TILE_COLS={cols}")
 
 
-def _digest(compiler: str) -> str:
+@functools.lru_cache(maxsize=8)
+def _digest(compiler: str, flags: tuple[str, ...]) -> str:
   """What the built library depends on: the source, the flags, the compiler, jaxlib's version
-  and the CPU's features."""
+  and the CPU's features (memoised: `build_id` is asked once per traced attention layer)."""
   import jaxlib
   digest = hashlib.sha256()
   with open(_SOURCE, "rb") as f:
     digest.update(f.read())
-  for part in (*_flags(), compiler, jaxlib.__version__, _cpu_features()):
+  for part in (*flags, compiler, jaxlib.__version__, _cpu_features()):
     digest.update(part.encode())
   return digest.hexdigest()[:16]
 
 
 def _library_path(compiler: str) -> str:
-  return os.path.join(cache_dir(), f"cpu_attention-{_digest(compiler)}.so")
+  return os.path.join(cache_dir(), f"cpu_attention-{_digest(compiler, _flags())}.so")
 
 
 def build_id() -> str:
   """The kernel this process would build or load (`_digest`; "none" without a compiler): part of
   ``auto``'s timing key (`cpu_attention_choice`), so that a changed kernel is timed again."""
   compiler = _compiler()
-  return "none" if compiler is None else _digest(compiler)
+  return "none" if compiler is None else _digest(compiler, _flags())
 
 
 def _build(compiler: str, target: str) -> None:
