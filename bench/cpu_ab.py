@@ -5,6 +5,7 @@ reports each variant's **minimum** and median, and its speed relative to the fir
 (> 1: faster than the first, PyTorch unless ``--no_torch``).
 
   python bench/cpu_ab.py                                # torch vs the engine's defaults
+  python bench/cpu_ab.py --torch_compile --rounds=10    # and torch.compile + fused AdamW
   python bench/cpu_ab.py --variant="attention xla::--attention=xla" \
       --variant="xnn greedy:--xla_gpu_...=1:" --rounds=8
 
@@ -58,20 +59,24 @@ def _torch_fn(args):
   class A:
     shape, head = args.shape, "poi"
   batch_np = ts.make_batch(args.batch, args.seq)
-  return lambda: _torch_step(A, batch_np)
+  return lambda: _torch_step(A, batch_np, args.torch_compile_mode)
 
 
-def _torch_step(a, batch_np, _cache={}):
+def _torch_step(a, batch_np, compile_mode="", _cache={}):
+  """One PyTorch training step: eager with the default AdamW, or (``compile_mode``) the model
+  compiled by TorchInductor with the fused AdamW, as `bench/train_step.py`'s rows."""
   if "one" not in _cache:
     import torch
 
     from bench import train_step as ts
     from bench.torch_poi import training_setup
-    model, opt, batch = training_setup(ts.SHAPES[a.shape], a.head, batch_np)
+    model, opt, batch = training_setup(ts.SHAPES[a.shape], a.head, batch_np,
+                                       optimizer="fused" if compile_mode else "default")
+    loss_of = torch.compile(model, mode=compile_mode) if compile_mode else model
 
     def one():
       opt.zero_grad(set_to_none=True)
-      model(batch).backward()
+      loss_of(batch).backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       opt.step()
     _cache["one"] = one
@@ -157,6 +162,9 @@ def main():
                   help="hidden and attention-probability dropout, both libraries, both workloads "
                        "(default 0: the benchmarks' setting; 0.1: BERT fine-tuning's)")
   ap.add_argument("--no_torch", action="store_true")
+  ap.add_argument("--torch_compile", action="store_true",
+                  help="a second PyTorch row: torch.compile (default mode) and the fused AdamW, "
+                       "the strongest PyTorch step on a CPU (step workload)")
   ap.add_argument("--clock", default="wall", choices=["wall", "process"],
                   help="process: each child's CPU time (user + system); with `taskset -c 0` "
                        "(one core, one thread each) the work per step, nearly load-independent")
@@ -166,6 +174,7 @@ def main():
   ap.add_argument("--attention", default="auto")
   ap.add_argument("--cpu_malloc", default="reuse")
   ap.add_argument("--prng", default="")
+  ap.add_argument("--torch_compile_mode", default="")
   args = ap.parse_args()
   args.shape = args.shape or ("minilm" if args.workload == "step" else "bert-base")
   args.seq = args.seq or (256 if args.workload == "step" else 384)
@@ -179,6 +188,11 @@ def main():
   common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}",
             f"--batch={args.batch}", f"--seq={args.seq}", f"--dropout={args.dropout}", "--child"]
   specs = [] if args.no_torch else [("torch eager", None, ["--torch"])]
+  if args.torch_compile and not args.no_torch:
+    if args.workload != "step":
+      ap.error("--torch_compile: the step workload only")
+    specs.append(("torch.compile, fused AdamW", None, ["--torch", "--torch_compile_mode=default"]))
+  torch_rows = [label for label, _, extra in specs if "--torch" in extra]
   for v in args.variant or ["jax (engine defaults)::"]:
     label, flags, extra = (v.split(":", 2) + ["", ""])[:3]
     specs.append((label, flags, extra.split()))
@@ -216,8 +230,13 @@ def main():
         f"rounds, variants interleaved step by step; {args.clock} clock, "
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"
         f"{max(loads):.1f} (machine shared with other jobs)")
+  # The strongest PyTorch row by each statistic (eager may have the lower minimum, compile the
+  # lower median).
+  best_min = min((min(times[label]) for label in torch_rows), default=None)
+  best_med = min((statistics.median(times[label]) for label in torch_rows), default=None)
   header = (f"{'variant':<44} {'min ms':>8} {'median ms':>10} {'vs first (min)':>15} "
-            f"{'vs first (median)':>18} {'peak RSS GB':>12}")
+            f"{'vs first (median)':>18} {'peak RSS GB':>12}"
+            + (f" {'vs best torch (min / median)':>29}" if len(torch_rows) > 1 else ""))
   print(header)
   print("-" * len(header))
   ref = specs[0][0]
@@ -225,7 +244,9 @@ def main():
     t = times[label]
     print(f"{label:<44} {1e3 * min(t):>8.0f} {1e3 * statistics.median(t):>10.0f} "
           f"{min(times[ref]) / min(t):>15.2f} "
-          f"{statistics.median(times[ref]) / statistics.median(t):>18.2f} {peak[label]:>12.2f}")
+          f"{statistics.median(times[ref]) / statistics.median(t):>18.2f} {peak[label]:>12.2f}"
+          + (f" {best_min / min(t):>20.2f} / {best_med / statistics.median(t):.2f}"
+             if len(torch_rows) > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@
 //
 // Portable C++17 with GCC/Clang vector extensions, one vector per register of the machine it is
 // built for (-march=native): 16 floats with AVX-512, 8 with AVX/AVX2, 4 elsewhere (NEON, SSE).
-// The register tiles of the products are sized to that register file (`TILE_COLS`): 16-float
-// vectors on an AVX2 machine (two registers each) made the 4 x 4 tiles spill, and the kernel ran
-// 6.8x slower than XLA's ops (explicit_vjp) on a 2-core AMD EPYC without AVX-512 (issue 51).
-// Built on first use by poi_jax/layers/cpu_attention.py; POI_VEC_WIDTH / POI_TILE_COLS override
-// the choice (tests build every width on any machine).
+// The register tiles of the products are sized to that register file (`TILE_ROWS`,
+// `TILE_COLS`): 16-float vectors on an AVX2 machine (two registers each) made AVX-512's 4 x 4
+// tiles spill, and the kernel ran 6.8x slower than XLA's ops (explicit_vjp) on a 2-core AMD EPYC
+// without AVX-512 (issue 51). Built on first use by poi_jax/layers/cpu_attention.py;
+// POI_VEC_WIDTH / POI_TILE_ROWS / POI_TILE_COLS override the choice (tests build every width on
+// any machine).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -49,23 +50,39 @@ namespace {
 #define POI_VEC_WIDTH 4
 #endif
 #endif
+// The register tiles of the products: TILE_ROWS rows x TILE_COLS vectors of accumulators, plus
+// the tile's loaded vectors and one broadcast, must fit the register file, or the compiler folds
+// the loads into the FMAs (one load per FMA) or spills. 32 zmm with AVX-512: 4 x 4 (16 + 4 + 1).
+// 16 registers (AVX2, SSE): 6 x 2 (12 + 2 + 1), the tile of BLIS's Haswell kernel; 4 x 3
+// (12 + 3 + 1) left no register for the broadcast, so GCC folded the loads into the FMAs and its
+// products ran at ~45 GFLOP/s on one core of a 2-core AMD EPYC without AVX-512, 6 x 2's at ~85.
+// One layer's attention forward + backward there (`python bench/cpu_pieces.py
+// --pieces=attention`, 2 threads): 8 x 256 x 12 heads of 32, 48.5 -> 39.9 ms (PyTorch SDPA
+// 32-44); 8 x 384 x 12 heads of 64, 195 -> 118 ms (SDPA 122-182). 32 NEON registers: 4 x 4.
+#ifndef POI_TILE_ROWS
+#if POI_VEC_WIDTH == 16 || defined(__aarch64__)
+#define POI_TILE_ROWS 4
+#else
+#define POI_TILE_ROWS 6
+#endif
+#endif
 #ifndef POI_TILE_COLS
-// Vectors of columns per register tile of 4 rows: the 4 x TILE_COLS accumulators and a broadcast
-// must stay in registers (the loaded vectors can be FMA memory operands): 32 zmm with AVX-512
-// (4 x 4), 16 ymm with AVX2 (4 x 3: on a 2-core AMD EPYC without AVX-512, 8 x 384 x 12 heads of
-// 64, forward + backward 204 ms, 245 ms with 4 x 2), 32 NEON registers (4 x 4).
-#define POI_TILE_COLS (POI_VEC_WIDTH == 8 ? 3 : 4)
+#define POI_TILE_COLS (POI_TILE_ROWS == 6 ? 2 : 4)
 #endif
 
 constexpr int W = POI_VEC_WIDTH;        // floats per vector
+constexpr int TILE_ROWS = POI_TILE_ROWS;
 constexpr int TILE_COLS = POI_TILE_COLS;
 constexpr int PAD = 16;  // D and Lk padded to a multiple of 16 floats, whatever W (16 x 16 blocks
                          // in `transpose_rows`)
 static_assert(W == 4 || W == 8 || W == 16, "POI_VEC_WIDTH must be 4, 8 or 16");
+static_assert(TILE_ROWS >= 1 && TILE_ROWS <= 8, "POI_TILE_ROWS must be 1 to 8");
 static_assert(TILE_COLS >= 1 && TILE_COLS <= 8, "POI_TILE_COLS must be 1 to 8");
 typedef float vf __attribute__((vector_size(W * 4)));
 typedef int32_t vi __attribute__((vector_size(W * 4)));
-constexpr int BQ = 32;  // queries per block: BQ x Lk scores stay in L2 up to Lk of a few thousand
+// Queries per block: BQ x Lk scores stay in L2 up to Lk of a few thousand; a multiple of the
+// tile's rows.
+constexpr int BQ = TILE_ROWS == 6 ? 36 : 32;
 
 inline vf ld(const float* p) { vf v; std::memcpy(&v, p, sizeof(v)); return v; }
 inline void st(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
@@ -115,7 +132,9 @@ inline void tile_abt(const float* A, const float* BT, int Dp, int Lkp, float* S)
     vf b[CN];
     for (int c = 0; c < CN; ++c) b[c] = ld(BT + (int64_t)d * Lkp + c * W);
     for (int r = 0; r < RN; ++r) {
-      vf a = splat(A[r * Dp + d]);
+      // A scalar times a vector compiles to one broadcast; `splat` would add -0.0 first (an FP
+      // add on the products' critical path, without -ffast-math).
+      const float a = A[r * Dp + d];
       for (int c = 0; c < CN; ++c) acc[r][c] += a * b[c];
     }
   }
@@ -123,13 +142,22 @@ inline void tile_abt(const float* A, const float* BT, int Dp, int Lkp, float* S)
     for (int c = 0; c < CN; ++c) st(S + (int64_t)r * Lkp + c * W, acc[r][c]);
 }
 
-// One tile of the `left` (< TILE_COLS) vectors at the end, its width a compile-time constant.
-template <int CN, typename Tile>
-inline void last_tile(int left, int c, Tile&& tile) {
-  if constexpr (CN > 0) {
-    if (left == CN) return tile(std::integral_constant<int, CN>{}, c);
-    last_tile<CN - 1>(left, c, tile);
+// One tile of the `left` (< N) rows or vectors at the end, its size a compile-time constant.
+template <int N, typename Tile>
+inline void last_tile(int left, int at, Tile&& tile) {
+  if constexpr (N > 0) {
+    if (left == N) return tile(std::integral_constant<int, N>{}, at);
+    last_tile<N - 1>(left, at, tile);
   }
+}
+
+// Calls rows(std::integral_constant<int, RN>, r) for the rows [0, n): tiles of TILE_ROWS rows,
+// then one of the 1 to TILE_ROWS - 1 left.
+template <typename Rows>
+inline void over_row_tiles(int n, Rows&& rows) {
+  int r = 0;
+  for (; r + TILE_ROWS <= n; r += TILE_ROWS) rows(std::integral_constant<int, TILE_ROWS>{}, r);
+  last_tile<TILE_ROWS - 1>(n - r, r, rows);
 }
 
 // Calls tile(std::integral_constant<int, CN>, c) for the columns [0, n) (n a multiple of W):
@@ -152,9 +180,9 @@ inline void row_abt(const float* A, const float* BT, int Dp, int Lkp, float* S) 
 
 // S (R x Lkp) = A (R x Dp) @ BT (Dp x Lkp).
 void mat_abt(const float* A, int R, const float* BT, int Dp, int Lkp, float* S) {
-  int r = 0;
-  for (; r + 4 <= R; r += 4) row_abt<4>(A + r * Dp, BT, Dp, Lkp, S + (int64_t)r * Lkp);
-  for (; r < R; ++r) row_abt<1>(A + r * Dp, BT, Dp, Lkp, S + (int64_t)r * Lkp);
+  over_row_tiles(R, [&](auto rn, int r) {
+    row_abt<decltype(rn)::value>(A + r * Dp, BT, Dp, Lkp, S + (int64_t)r * Lkp);
+  });
 }
 
 // O[r][:] = sum_j P[r][j] * V[j][:] for RN rows and CN vectors of O's columns.
@@ -165,7 +193,7 @@ inline void tile_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, flo
     vf v[CN];
     for (int c = 0; c < CN; ++c) v[c] = ld(V + (int64_t)j * Dp + c * W);
     for (int r = 0; r < RN; ++r) {
-      vf p = splat(P[(int64_t)r * Lkp + j]);
+      const float p = P[(int64_t)r * Lkp + j];
       for (int c = 0; c < CN; ++c) acc[r][c] += p * v[c];
     }
   }
@@ -182,9 +210,9 @@ inline void row_pv(const float* P, const float* V, int Lk, int Lkp, int Dp, floa
 
 // O (R x Dp) = P (R x Lk, row stride Lkp) @ V (Lk x Dp).
 void mat_pv(const float* P, int R, const float* V, int Lk, int Lkp, int Dp, float* O) {
-  int r = 0;
-  for (; r + 4 <= R; r += 4) row_pv<4>(P + (int64_t)r * Lkp, V, Lk, Lkp, Dp, O + r * Dp);
-  for (; r < R; ++r) row_pv<1>(P + (int64_t)r * Lkp, V, Lk, Lkp, Dp, O + r * Dp);
+  over_row_tiles(R, [&](auto rn, int r) {
+    row_pv<decltype(rn)::value>(P + (int64_t)r * Lkp, V, Lk, Lkp, Dp, O + r * Dp);
+  });
 }
 
 // G[j][:] += sum_r P[r][j] * X[r][:] for JN rows of G and CN vectors of its columns.
@@ -197,7 +225,7 @@ inline void tile_ptx(const float* P, int R, const float* X, int Lkp, int Dp, flo
     vf x[CN];
     for (int c = 0; c < CN; ++c) x[c] = ld(X + (int64_t)r * Dp + c * W);
     for (int j = 0; j < JN; ++j) {
-      vf p = splat(P[(int64_t)r * Lkp + j]);
+      const float p = P[(int64_t)r * Lkp + j];
       for (int c = 0; c < CN; ++c) acc[j][c] += p * x[c];
     }
   }
@@ -214,9 +242,9 @@ inline void row_ptx(const float* P, int R, const float* X, int Lkp, int Dp, floa
 
 // G (Lk x Dp) += P^T (Lk x R; P is R x Lk, row stride Lkp) @ X (R x Dp).
 void mat_ptx_acc(const float* P, int R, const float* X, int Lk, int Lkp, int Dp, float* G) {
-  int j = 0;
-  for (; j + 4 <= Lk; j += 4) row_ptx<4>(P + j, R, X, Lkp, Dp, G + (int64_t)j * Dp);
-  for (; j < Lk; ++j) row_ptx<1>(P + j, R, X, Lkp, Dp, G + (int64_t)j * Dp);
+  over_row_tiles(Lk, [&](auto jn, int j) {
+    row_ptx<decltype(jn)::value>(P + j, R, X, Lkp, Dp, G + (int64_t)j * Dp);
+  });
 }
 
 // ---- Layout ---------------------------------------------------------------------------------
@@ -303,73 +331,141 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, F&& f) {
   shared->cv.wait(lock, [&] { return shared->done == n; });
 }
 
-// A thread's scratch, reused across calls (grown when a call needs more).
+// A thread's scratch, reused across calls (grown when a call needs more), aligned to 64 bytes:
+// every packed row then starts on a cache line (Dp and Lkp are multiples of 16 floats), so no
+// vector load straddles two lines, as with malloc's 16-byte alignment it could.
 float* scratch(std::vector<float>& buf, int64_t size) {
-  if ((int64_t)buf.size() < size) buf.resize(size);
-  return buf.data();
+  constexpr int64_t kAlign = 16;  // floats
+  if ((int64_t)buf.size() < size + kAlign) buf.resize(size + kAlign);
+  const auto at = reinterpret_cast<std::uintptr_t>(buf.data());
+  return buf.data() + ((kAlign * 4 - at % (kAlign * 4)) % (kAlign * 4)) / 4;
 }
 
 // ---- Forward ----------------------------------------------------------------------------------
+
+// The forward of one (batch, head) pair `bh`: its rows of O, MAX and INV.
+void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
+                  const float* bias_, float* O, float* MAX, float* INV, int64_t bh) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const int64_t Dp = d.Dp, Lkp = d.Lkp;
+  const int64_t b = bh / d.N, h = bh % d.N;
+  thread_local std::vector<float> buf;
+  float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp);
+  float* vp = kt + Dp * Lkp;
+  float* qb = vp + Lkp * Dp;
+  float* ob = qb + BQ * Dp;
+  float* s = ob + BQ * Dp;
+  float* kp = s + BQ * Lkp;
+  gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
+  transpose_rows(kp, d, kt);
+  gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, vp);
+  const float* bias_b = bias_ + b * d.Lk;
+  for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
+    const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
+    float inv[BQ];  // 1 / sum(e) per query: the softmax's normalisation, applied after e @ v
+    gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
+    mat_abt(qb, R, kt, d.Dp, d.Lkp, s);
+    for (int r = 0; r < R; ++r) {
+      float* sr = s + (int64_t)r * Lkp;
+      int64_t j = 0;
+      vf m = splat(-3.4028234663852886e38f);
+      for (; j + W <= d.Lk; j += W) {
+        vf x = ld(sr + j) + ld(bias_b + j);
+        st(sr + j, x);
+        m = x > m ? x : m;
+      }
+      float mx = hmax(m);
+      for (; j < d.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
+      vf acc = {};
+      for (j = 0; j + W <= d.Lk; j += W) {
+        vf e = vexp(ld(sr + j) - mx);
+        st(sr + j, e);
+        acc += e;
+      }
+      float l = hsum(acc);
+      for (; j < d.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
+      inv[r] = 1.0f / l;
+      MAX[bh * d.Lq + i0 + r] = mx;
+      INV[bh * d.Lq + i0 + r] = inv[r];
+    }
+    mat_pv(s, R, vp, static_cast<int>(d.Lk), d.Lkp, d.Dp, ob);  // unnormalised: e @ v
+    for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
+  }
+}
 
 ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> row_max,
                    ffi::ResultBuffer<ffi::F32> inv_sum) {
   const Dims d = dims_of(q, k);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const float *Q = q.typed_data(), *K = k.typed_data(), *V = v.typed_data();
-  const float* bias_ = bias.typed_data();
-  float *O = out->typed_data(), *MAX = row_max->typed_data(), *INV = inv_sum->typed_data();
-  const int64_t Dp = d.Dp, Lkp = d.Lkp;
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    const int64_t b = bh / d.N, h = bh % d.N;
-    thread_local std::vector<float> buf;
-    float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp);
-    float* vp = kt + Dp * Lkp;
-    float* qb = vp + Lkp * Dp;
-    float* ob = qb + BQ * Dp;
-    float* s = ob + BQ * Dp;
-    float* kp = s + BQ * Lkp;
-    gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
-    transpose_rows(kp, d, kt);
-    gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, vp);
-    const float* bias_b = bias_ + b * d.Lk;
-    for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
-      const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
-      float inv[BQ];  // 1 / sum(e) per query: the softmax's normalisation, applied after e @ v
-      gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
-      mat_abt(qb, R, kt, d.Dp, d.Lkp, s);
-      for (int r = 0; r < R; ++r) {
-        float* sr = s + (int64_t)r * Lkp;
-        int64_t j = 0;
-        vf m = splat(-3.4028234663852886e38f);
-        for (; j + W <= d.Lk; j += W) {
-          vf x = ld(sr + j) + ld(bias_b + j);
-          st(sr + j, x);
-          m = x > m ? x : m;
-        }
-        float mx = hmax(m);
-        for (; j < d.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
-        vf acc = {};
-        for (j = 0; j + W <= d.Lk; j += W) {
-          vf e = vexp(ld(sr + j) - mx);
-          st(sr + j, e);
-          acc += e;
-        }
-        float l = hsum(acc);
-        for (; j < d.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
-        inv[r] = 1.0f / l;
-        MAX[bh * d.Lq + i0 + r] = mx;
-        INV[bh * d.Lq + i0 + r] = inv[r];
-      }
-      mat_pv(s, R, vp, static_cast<int>(d.Lk), d.Lkp, d.Dp, ob);  // unnormalised: e @ v
-      for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
-    }
+    forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(),
+                 out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
   });
   return ffi::Error::Success();
 }
 
 // ---- Backward ---------------------------------------------------------------------------------
+
+// The backward of one (batch, head) pair `bh`: its rows of DQ, DK and DV.
+void backward_head(const Dims& d, const float* Q, const float* K, const float* V,
+                   const float* bias_, const float* O, const float* MAX, const float* INV,
+                   const float* DO, float* DQ, float* DK, float* DV, int64_t bh) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const int64_t Dp = d.Dp, Lkp = d.Lkp;
+  const int64_t b = bh / d.N, h = bh % d.N;
+  thread_local std::vector<float> buf;
+  float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2);
+  float* vt = kt + Dp * Lkp;
+  float* kp = vt + Dp * Lkp;
+  float* dka = kp + Lkp * Dp;
+  float* dva = dka + Lkp * Dp;
+  float* qb = dva + Lkp * Dp;
+  float* dob = qb + BQ * Dp;
+  float* ob = dob + BQ * Dp;
+  float* dqb = ob + BQ * Dp;
+  float* p = dqb + BQ * Dp;
+  float* ds = p + BQ * Lkp;
+  gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
+  transpose_rows(kp, d, kt);
+  gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
+  transpose_rows(dva, d, vt);
+  std::fill(dka, dka + Lkp * Dp * 2, 0.f);  // dka and dva
+  const float* bias_b = bias_ + b * d.Lk;
+  for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
+    const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
+    gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
+    gather(DO, d, d.Lq, b, h, i0, R, 1.f, dob);
+    gather(O, d, d.Lq, b, h, i0, R, 1.f, ob);
+    mat_abt(qb, R, kt, d.Dp, d.Lkp, p);   // scores
+    mat_abt(dob, R, vt, d.Dp, d.Lkp, ds);  // dP = dO v^T
+    for (int r = 0; r < R; ++r) {
+      float* pr = p + (int64_t)r * Lkp;
+      float* dsr = ds + (int64_t)r * Lkp;
+      const float mx = MAX[bh * d.Lq + i0 + r];
+      const vf inv = splat(INV[bh * d.Lq + i0 + r]);
+      float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
+      for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
+      int64_t j = 0;
+      for (; j + W <= d.Lk; j += W) {
+        vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
+        st(pr + j, pj);
+        st(dsr + j, pj * (ld(dsr + j) - row));
+      }
+      for (; j < d.Lk; ++j) {
+        pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
+        dsr[j] = pr[j] * (dsr[j] - row);
+      }
+    }
+    const int Lk = static_cast<int>(d.Lk);
+    mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO
+    mat_pv(ds, R, kp, Lk, d.Lkp, d.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
+    mat_ptx_acc(ds, R, qb, Lk, d.Lkp, d.Dp, dka);  // dk += dS^T (q / sqrt(D))
+    scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
+  }
+  scatter(dka, d, d.Lk, b, h, 0, d.Lk, 1.f, DK);
+  scatter(dva, d, d.Lk, b, h, 0, d.Lk, 1.f, DV);
+}
 
 ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                     ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
@@ -378,66 +474,10 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
                     ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
                     ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
   const Dims d = dims_of(q, k);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const float *Q = q.typed_data(), *K = k.typed_data(), *V = v.typed_data();
-  const float *bias_ = bias.typed_data(), *O = out.typed_data();
-  const float *MAX = row_max.typed_data(), *INV = inv_sum.typed_data();
-  const float* DO = d_out.typed_data();
-  float *DQ = dq->typed_data(), *DK = dk->typed_data(), *DV = dv->typed_data();
-  const int64_t Dp = d.Dp, Lkp = d.Lkp;
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    const int64_t b = bh / d.N, h = bh % d.N;
-    thread_local std::vector<float> buf;
-    float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2);
-    float* vt = kt + Dp * Lkp;
-    float* kp = vt + Dp * Lkp;
-    float* dka = kp + Lkp * Dp;
-    float* dva = dka + Lkp * Dp;
-    float* qb = dva + Lkp * Dp;
-    float* dob = qb + BQ * Dp;
-    float* ob = dob + BQ * Dp;
-    float* dqb = ob + BQ * Dp;
-    float* p = dqb + BQ * Dp;
-    float* ds = p + BQ * Lkp;
-    gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
-    transpose_rows(kp, d, kt);
-    gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
-    transpose_rows(dva, d, vt);
-    std::fill(dka, dka + Lkp * Dp * 2, 0.f);  // dka and dva
-    const float* bias_b = bias_ + b * d.Lk;
-    for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
-      const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
-      gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
-      gather(DO, d, d.Lq, b, h, i0, R, 1.f, dob);
-      gather(O, d, d.Lq, b, h, i0, R, 1.f, ob);
-      mat_abt(qb, R, kt, d.Dp, d.Lkp, p);   // scores
-      mat_abt(dob, R, vt, d.Dp, d.Lkp, ds);  // dP = dO v^T
-      for (int r = 0; r < R; ++r) {
-        float* pr = p + (int64_t)r * Lkp;
-        float* dsr = ds + (int64_t)r * Lkp;
-        const float mx = MAX[bh * d.Lq + i0 + r];
-        const vf inv = splat(INV[bh * d.Lq + i0 + r]);
-        float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
-        for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
-        int64_t j = 0;
-        for (; j + W <= d.Lk; j += W) {
-          vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
-          st(pr + j, pj);
-          st(dsr + j, pj * (ld(dsr + j) - row));
-        }
-        for (; j < d.Lk; ++j) {
-          pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
-          dsr[j] = pr[j] * (dsr[j] - row);
-        }
-      }
-      const int Lk = static_cast<int>(d.Lk);
-      mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO
-      mat_pv(ds, R, kp, Lk, d.Lkp, d.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
-      mat_ptx_acc(ds, R, qb, Lk, d.Lkp, d.Dp, dka);  // dk += dS^T (q / sqrt(D))
-      scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
-    }
-    scatter(dka, d, d.Lk, b, h, 0, d.Lk, 1.f, DK);
-    scatter(dva, d, d.Lk, b, h, 0, d.Lk, 1.f, DV);
+    backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(),
+                  out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
+                  d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(), bh);
   });
   return ffi::Error::Success();
 }

@@ -16,11 +16,11 @@ machine that runs it) against the XLA FFI headers that jaxlib ships, into
 ``$POI_JAX_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/poi_jax/kernels``, ``~/.cache/...``). The
 library's name hashes the source, the flags, the compiler, jaxlib's version and the CPU's
 features, so an upgrade or another machine sharing the home directory builds its own. Its
-vectors and register tiles follow the machine's registers (16 floats and tiles of 4 x 4 vectors
-with AVX-512, 8 and 4 x 3 with AVX2, 4 and 4 x 4 elsewhere): with AVX-512's on an AVX2 CPU the
-tiles spilled and the kernel ran 6.8x slower than ``explicit_vjp`` (issue 51).
-``$POI_JAX_CPU_ATTENTION_VECTORS`` (``WxC``, e.g. ``8x3``) builds another width and tile, for
-tests and tuning. The build writes to a temporary name and renames (atomic), so concurrent
+vectors and register tiles follow the machine's registers (16 floats and tiles of 4 rows x 4
+vectors with AVX-512; 8 floats and 6 x 2 with AVX2; 4 floats and 6 x 2 with SSE, 4 x 4 on ARM):
+with AVX-512's on an AVX2 CPU the tiles spilled and the kernel ran 6.8x slower than
+``explicit_vjp`` (issue 51). ``$POI_JAX_CPU_ATTENTION_VECTORS`` (``WxRxC``, e.g. ``8x6x2``)
+builds another width and tile, for tests and tuning. The build writes to a temporary name and renames (atomic), so concurrent
 first uses are safe. No compiler,
 or a failed build: `available()` is False with the reason (`unavailable_reason()`), logged once,
 and ``model.attention=auto`` keeps the ``explicit_vjp`` path; ``model.attention=cpu_kernel``
@@ -54,8 +54,8 @@ _FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std
 _TARGETS = {"poi_jax_cpu_attention_fwd": "PoiCpuAttentionForward",
             "poi_jax_cpu_attention_bwd": "PoiCpuAttentionBackward"}
 CACHE_ENV = "POI_JAX_KERNEL_CACHE"
-# "WxC": vectors of W floats (4, 8 or 16) and register tiles of C vectors, instead of the
-# kernel's choice for the machine (for tests and tuning; the library name hashes it too).
+# "WxRxC": vectors of W floats (4, 8 or 16) and register tiles of R rows x C vectors, instead of
+# the kernel's choice for the machine (for tests and tuning; the library name hashes it too).
 VECTORS_ENV = "POI_JAX_CPU_ATTENTION_VECTORS"
 
 _log = logging.getLogger(__name__)
@@ -91,14 +91,19 @@ def _cpu_features() -> str:
 
 
 def _flags() -> tuple[str, ...]:
-  """The compiler's flags: `_FLAGS`, and the vector width and tile of ``$VECTORS_ENV`` if set."""
+  """The compiler's flags: `_FLAGS`, and the vector width and tile of ``$VECTORS_ENV`` if set
+  (``WxRxC``: W floats a vector, register tiles of R rows x C vectors; ``WxC``: the kernel's own
+  rows for W)."""
   vectors = os.environ.get(VECTORS_ENV, "").strip()
   if not vectors:
     return _FLAGS
-  width, _, cols = vectors.partition("x")
-  if width not in ("4", "8", "16") or not (cols.isdigit() and 1 <= int(cols) <= 8):
-    raise ValueError(f"${VECTORS_ENV} must be WxC with W 4, 8 or 16 and C 1 to 8, got {vectors!r}")
-  return (*_FLAGS, f"-DPOI_VEC_WIDTH={width}", f"-DPOI_TILE_COLS={cols}")
+  parts = vectors.split("x")
+  sizes_ok = all(p.isdigit() and 1 <= int(p) <= 8 for p in parts[1:])
+  if len(parts) not in (2, 3) or parts[0] not in ("4", "8", "16") or not sizes_ok:
+    raise ValueError(f"${VECTORS_ENV} must be WxRxC or WxC with W 4, 8 or 16 and R, C 1 to 8, "
+                     f"got {vectors!r}")
+  rows = (f"-DPOI_TILE_ROWS={parts[1]}",) if len(parts) == 3 else ()
+  return (*_FLAGS, f"-DPOI_VEC_WIDTH={parts[0]}", *rows, f"-DPOI_TILE_COLS={parts[-1]}")
 
 
 @functools.lru_cache(maxsize=8)

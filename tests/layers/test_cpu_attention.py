@@ -1,7 +1,7 @@
 """The native CPU attention kernel (`poi_jax.layers.cpu_attention`, ``model.attention=cpu_kernel``):
 its forward and its hand-written backward against JAX's derivative of the explicit einsum-softmax
 path and against PyTorch's `scaled_dot_product_attention`, on shapes that exercise every edge of
-its blocking (query blocks of 32, vectors of 16, 8 or 4 floats: lengths and head sizes that are
+its blocking (query blocks of 32 or 36, vectors of 16, 8 or 4 floats, tiles of 4 or 6 rows: lengths and head sizes that are
 not multiples, cross-attention, a fully padded example), each vector width whatever the machine's;
 its build cache and its failure message."""
 import os
@@ -133,18 +133,25 @@ print("equal", 3)
 
 
 def _native_vectors() -> str:
-  """The kernel's own choice here (cpu_attention.cc): 16x4 with AVX-512, 8x3 with AVX, else 4x4."""
+  """The kernel's own choice here (cpu_attention.cc): 16x4x4 with AVX-512, 8x6x2 with AVX, 4x4x4
+  on ARM, else 4x6x2."""
   flags = cpu_attention._cpu_features().split()
-  return "16x4" if "avx512f" in flags else "8x3" if "avx" in flags else "4x4"
+  if "avx512f" in flags:
+    return "16x4x4"
+  if "avx" in flags:
+    return "8x6x2"
+  return "4x4x4" if "asimd" in flags else "4x6x2"
 
 
 @needs_compiler
-@pytest.mark.parametrize("vectors", [v for v in ("16x4", "8x3", "4x4") if v != _native_vectors()])
+@pytest.mark.parametrize("vectors", [v for v in ("16x4x4", "8x6x2", "4x4x4", "4x6x2")
+                                     if v != _native_vectors()])
 def test_every_vector_width_equals_the_explicit_path(vectors, tmp_path):
-  """The kernel built with the 16-, 8- and 4-float vectors of AVX-512, AVX2 and NEON
+  """The kernel built with the vectors and tiles of AVX-512, AVX2, NEON and SSE
   (`POI_JAX_CPU_ATTENTION_VECTORS`; this machine's own is the one the tests above run) against
   the explicit path, forward and backward: cross-attention with a fully padded example, a head
-  of 64, and one of 112 floats (7 vectors of 16: a remainder tile of every width)."""
+  of 64, and one of 112 floats (7 vectors of 16: a remainder tile of every width); query blocks
+  and key counts leave every remainder of rows, 1 to 5."""
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path),
          cpu_attention.VECTORS_ENV: vectors, "JAX_PLATFORMS": "cpu"}
@@ -156,10 +163,14 @@ def test_every_vector_width_equals_the_explicit_path(vectors, tmp_path):
 
 
 def test_a_bad_vector_setting_is_a_clear_error(monkeypatch):
-  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "12x2")
-  with pytest.raises(ValueError, match="POI_JAX_CPU_ATTENTION_VECTORS must be WxC"):
-    cpu_attention._flags()
-  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "8x3")
+  for bad in ("12x2", "8x6x9", "8x0", "8x6x2x1", "8"):
+    monkeypatch.setenv(cpu_attention.VECTORS_ENV, bad)
+    with pytest.raises(ValueError, match="POI_JAX_CPU_ATTENTION_VECTORS must be WxRxC or WxC"):
+      cpu_attention._flags()
+  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "8x6x2")
+  assert cpu_attention._flags()[-3:] == ("-DPOI_VEC_WIDTH=8", "-DPOI_TILE_ROWS=6",
+                                         "-DPOI_TILE_COLS=2")
+  monkeypatch.setenv(cpu_attention.VECTORS_ENV, "8x3")  # the rows: the kernel's own for W
   assert cpu_attention._flags()[-2:] == ("-DPOI_VEC_WIDTH=8", "-DPOI_TILE_COLS=3")
 
 
