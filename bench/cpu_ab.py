@@ -63,23 +63,12 @@ def _torch_fn(args):
 
 
 def _torch_step(a, batch_np, compile_mode="", _cache={}):
-  """One PyTorch training step: eager with the default AdamW, or (``compile_mode``) the model
-  compiled by TorchInductor with the fused AdamW, as `bench/train_step.py`'s rows."""
+  """One PyTorch training step on the CPU, as `bench/train_step.py`'s rows (eager, or
+  ``compile_mode``: torch.compile with the fused AdamW)."""
   if "one" not in _cache:
-    import torch
-
     from bench import train_step as ts
-    from bench.torch_poi import training_setup
-    model, opt, batch = training_setup(ts.SHAPES[a.shape], a.head, batch_np,
-                                       optimizer="fused" if compile_mode else "default")
-    loss_of = torch.compile(model, mode=compile_mode) if compile_mode else model
-
-    def one():
-      opt.zero_grad(set_to_none=True)
-      loss_of(batch).backward()
-      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-      opt.step()
-    _cache["one"] = one
+    _cache["one"] = ts.torch_one_step(a.shape, a.head, batch_np,
+                                      compile_mode=compile_mode or None)
   _cache["one"]()
 
 

@@ -208,11 +208,10 @@ def jax_step(args, dtype, batch_np):
     return times, _memory_gb(compiled), warm, dispatch
 
 
-def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=None):
-  """``(seconds of each step, peak GB or None, warm-up seconds)`` of the PyTorch step on ``device``:
-  eager with PyTorch's default AdamW, or (``compile_mode``: a `torch.compile` mode, e.g.
-  ``default``) the model compiled by TorchInductor with the fused AdamW, the strongest step a
-  PyTorch user gets by changing two lines. The warm-up (first) step holds the compilation."""
+def torch_one_step(shape, head, batch_np, device="cpu", autocast_bf16=False, compile_mode=None):
+  """A callable running one PyTorch training step (forward, backward, clipping, AdamW) on
+  ``device``: eager with PyTorch's default AdamW, or (``compile_mode``) the model compiled by
+  TorchInductor with the fused AdamW; `torch_step` times it, `bench/cpu_ab.py` interleaves it."""
   import contextlib
 
   import torch
@@ -220,13 +219,11 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=N
   from bench.torch_device import prepare
   from bench.torch_poi import training_setup
   sync = prepare(device)
-  model, opt, batch = training_setup(SHAPES[args.shape], args.head, batch_np, device,
+  model, opt, batch = training_setup(SHAPES[shape], head, batch_np, device,
                                      optimizer="fused" if compile_mode else "default")
   loss_of = torch.compile(model, mode=compile_mode) if compile_mode else model
   cast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if autocast_bf16
           else contextlib.nullcontext())
-  if device != "cpu":
-    torch.cuda.reset_peak_memory_stats()
 
   def one():
     opt.zero_grad(set_to_none=True)
@@ -236,14 +233,26 @@ def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=N
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     sync()
+  return one
 
+
+def torch_step(args, batch_np, device="cpu", autocast_bf16=False, compile_mode=None):
+  """``(seconds of each step, peak GB or None, warm-up seconds)`` of the PyTorch step on ``device``:
+  eager with PyTorch's default AdamW, or (``compile_mode``: a `torch.compile` mode, e.g.
+  ``default``) the model compiled by TorchInductor with the fused AdamW, the strongest step a
+  PyTorch user gets by changing two lines. The warm-up (first) step holds the compilation."""
+  import torch
+
+  one = torch_one_step(args.shape, args.head, batch_np, device, autocast_bf16, compile_mode)
+  if device != "cpu":
+    torch.cuda.reset_peak_memory_stats()
   t0 = time.perf_counter()
   one()
   one()  # a compiled step may recompile once its inputs' strides or grads settle
   warm = time.perf_counter() - t0
   times, _ = timed(one, args.steps)
   mem = torch.cuda.max_memory_allocated() / 2**30 if device != "cpu" else None
-  del model, opt, loss_of
+  del one
   if compile_mode:
     torch.compiler.reset()  # frees the compiled graphs before the next row
   return times, mem, warm
