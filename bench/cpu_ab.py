@@ -6,6 +6,7 @@ reports each variant's **minimum** and median, and its speed relative to the fir
 
   python bench/cpu_ab.py                                # torch vs the engine's defaults
   python bench/cpu_ab.py --torch_compile --rounds=10    # and torch.compile + fused AdamW
+  python bench/cpu_ab.py --torch_compile --floor        # and the dense matmuls alone
   python bench/cpu_ab.py --variant="attention xla::--attention=xla" \
       --variant="xnn greedy:--xla_gpu_...=1:" --rounds=8
 
@@ -72,6 +73,31 @@ def _torch_step(a, batch_np, compile_mode="", _cache={}):
   _cache["one"]()
 
 
+def _floor_fn(args):
+  """The step's dense matmuls and nothing else, by PyTorch (MKL): for every encoder layer's
+  query, key, value, output and two feed-forward matmuls, the forward ``x @ W``, ``dx = dy @ W.T``
+  and ``dW = x.T @ dy`` at the step's tokens, into preallocated outputs. No step can be faster
+  than the same FLOPs at the same rate: the floor row."""
+  import torch
+
+  from bench import train_step as ts
+  s = ts.SHAPES[args.shape]
+  tokens, h, i = args.batch * args.seq, s["hidden_size"], s["intermediate_size"]
+  g = torch.Generator().manual_seed(0)
+  act = {n: torch.randn(tokens, n, generator=g) for n in (h, i)}
+  out = {n: torch.empty(tokens, n) for n in (h, i)}
+  mats = [(h, h)] * 4 + [(h, i), (i, h)]
+  weights = [(torch.randn(k, n, generator=g), torch.empty(k, n)) for k, n in mats]
+
+  def step():
+    for _ in range(s["num_hidden_layers"]):
+      for (k, n), (w, dw) in zip(mats, weights):
+        torch.mm(act[k], w, out=out[n])  # forward
+        torch.mm(act[n], w.T, out=out[k])  # dx
+        torch.mm(act[k].T, act[n], out=dw)  # dW
+  return step
+
+
 def _encoder_inputs(args, vocab):
   import numpy as np
   rng = np.random.default_rng(0)
@@ -118,7 +144,10 @@ def _jax_fn(args):
 
 
 def child(args):
-  fn = _torch_fn(args) if args.torch else _jax_fn(args)
+  if args.floor_child:
+    fn = _floor_fn(args)
+  else:
+    fn = _torch_fn(args) if args.torch else _jax_fn(args)
   fn()
   fn()  # warm: compiled, memory pages touched
   print("ready", flush=True)
@@ -157,7 +186,12 @@ def main():
   ap.add_argument("--clock", default="wall", choices=["wall", "process"],
                   help="process: each child's CPU time (user + system); with `taskset -c 0` "
                        "(one core, one thread each) the work per step, nearly load-independent")
+  ap.add_argument("--floor", action="store_true",
+                  help="a last row: the step's dense matmuls alone by PyTorch (forward, dx, dW of "
+                       "every encoder layer's six matmuls), the least time any step with those "
+                       "FLOPs can take here (step workload)")
   # child options
+  ap.add_argument("--floor_child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--attention", default="auto")
@@ -185,6 +219,10 @@ def main():
   for v in args.variant or ["jax (engine defaults)::"]:
     label, flags, extra = (v.split(":", 2) + ["", ""])[:3]
     specs.append((label, flags, extra.split()))
+  if args.floor:
+    if args.workload != "step":
+      ap.error("--floor: the step workload only")
+    specs.append(("floor: the dense matmuls alone (PyTorch)", None, ["--floor_child"]))
   procs = []
   for label, flags, extra in specs:
     env = dict(os.environ)

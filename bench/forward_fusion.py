@@ -20,6 +20,16 @@ the fastest call of each is reported, as ms per batch and microseconds per token
 ratios (> 1: faster than XLA's defaults, or than PyTorch), the first call's seconds (JAX: the
 compilation, with the persistent cache off) and the largest difference between the two JAX
 variants' logits. float32, every core.
+
+``--floor`` (on by default) adds what no implementation can beat on this machine: the encoder's
+dense layers alone (Q, K, V, output and the two feed-forward matmuls of every layer, padded tokens
+included, as every peer computes them) take ``2 * tokens * layers * (4 * hidden^2 + 2 * hidden *
+intermediate)`` FLOPs, and the fastest rate at which any library here multiplies the model's own
+feed-forward shape (``tokens x hidden @ hidden x intermediate``: XLA, with the forward's options
+and with its defaults, and PyTorch, five calls each after every round of forwards, so under the
+same load) bounds how fast those FLOPs can go: the floor row is those FLOPs at the fastest matmul
+rate seen in the whole run, and the last lines the most any forward could gain on each peer with
+attention, softmax, layer norms and GELU free.
 """
 from __future__ import annotations
 
@@ -41,7 +51,39 @@ _HEAD = flags.DEFINE_enum("head", "none", ["none", "poi"],
 _PEERS = flags.DEFINE_list("peers", ["eager", "compile", "onnxruntime"],
                            "With --head=none: eager (PyTorch), compile (torch.compile), "
                            "onnxruntime (the same model exported to ONNX).")
+_FLOOR = flags.DEFINE_bool("floor", True,
+                            "Add the dense-matmul floor row (module docstring).")
 EAGER = "PyTorch eager (transformers)"
+_GEMM_CALLS = 5  # matmul calls per library and round for the floor
+FLOOR = "floor: dense matmuls at the best rate"
+
+
+def gemm_calls(tokens: int, hidden: int, intermediate: int) -> dict:
+  """``{name: call}``: one float32 ``(tokens, hidden) @ (hidden, intermediate)`` by XLA (the
+  forward's compiler options, and XLA's defaults) and by PyTorch, each warm."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from poi_jax import runtime
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((tokens, hidden), np.float32)
+  w = rng.standard_normal((hidden, intermediate), np.float32)
+  jx, jw = jnp.asarray(x), jnp.asarray(w)
+  ways = {"XLA, forward options": jax.jit(jnp.matmul,
+                                          compiler_options=runtime.forward_compiler_options()),
+          "XLA, defaults": jax.jit(jnp.matmul)}
+  calls = {name: (lambda f=f: jax.block_until_ready(f(jx, jw))) for name, f in ways.items()}
+  try:
+    import torch
+  except ImportError:
+    pass
+  else:
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    calls["PyTorch"] = lambda: torch.mm(tx, tw)
+  for call in calls.values():
+    call()
+  return calls
 
 
 def main(argv):
@@ -93,6 +135,7 @@ def main(argv):
 
   b, rng = _BATCH.value, np.random.default_rng(0)
   rows = []
+  gemm_best = [0.0, ""]  # the fastest matmul rate seen in this run (FLOP/s), and where
   for length in [int(x) for x in _LENGTHS.value]:
     real = rng.integers(length // 2, length + 1, b)  # windows of several lengths, padded
     mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
@@ -133,11 +176,23 @@ def main(argv):
         diff[name] = max(float(np.abs(np.asarray(outs[name][k]) - a[k])[real_tokens].max())
                          for k in ("start_logits", "end_logits"))
     times = {name: [] for name in calls}
+    ec = model.encoder.config
+    gemms = (gemm_calls(b * length, ec.hidden_size, ec.intermediate_size) if _FLOOR.value
+             else {})
     for _ in range(_ROUNDS.value):
       for name, call in calls.items():
         t = time.perf_counter()
         call()
         times[name].append(time.perf_counter() - t)
+      for name, call in gemms.items():  # the matmul rate, under the same load as the rounds
+        for _ in range(_GEMM_CALLS):
+          t = time.perf_counter()
+          call()
+          rate = 2 * b * length * ec.hidden_size * ec.intermediate_size / (
+              time.perf_counter() - t)
+          if rate > gemm_best[0]:
+            gemm_best[:] = [rate, f"{name}, {b * length} x {ec.hidden_size} x "
+                            f"{ec.intermediate_size}"]
     rows.append((length, {k: min(v) for k, v in times.items()}, first, diff))
 
   print(f"device: {jax.devices()[0].device_kind}, jax {jax.__version__}; MiniLM, head "
@@ -148,13 +203,26 @@ def main(argv):
         "than every peer); max |logit diff|: against the JAX forward with XLA's defaults")
   print(f"\n{'length':>6}  {'variant':<36} {'ms/call':>8} {'us/token':>9} {'x defaults':>10} "
         f"{'x best peer':>11} {'1st call s':>10}  max |logit diff|")
+  if _FLOOR.value:
+    for length, best, first, diff in rows:
+      ec = model.encoder.config
+      dense = 2 * b * length * ec.num_hidden_layers * (
+          4 * ec.hidden_size ** 2 + 2 * ec.hidden_size * ec.intermediate_size)
+      best[FLOOR], first[FLOOR] = dense / gemm_best[0], 0.0
   for length, best, first, diff in rows:
-    peers = [sec for name, sec in best.items() if name not in jax_ways]
+    peers = [sec for name, sec in best.items() if name not in jax_ways and name != FLOOR]
     for name, sec in best.items():
       vs_peer = f"{min(peers) / sec:>10.2f}x" if peers else f"{'':>11}"
       print(f"{length:>6}  {name:<36} {sec * 1e3:>8.1f} {sec * 1e6 / (b * length):>9.1f} "
             f"{best[default] / sec:>9.2f}x {vs_peer} {first[name]:>10.1f}  "
             f"{f'{diff[name]:.1e}' if name in diff else ''}")
+  if _FLOOR.value:
+    print(f"\nfloor: the dense matmuls' FLOPs at {gemm_best[0] / 1e9:.1f} GFLOP/s, the fastest "
+          f"matmul of this run ({gemm_best[1]}); at most, any forward is")
+    for length, best, _, _ in rows:
+      print(f"  at {length} tokens: " + ", ".join(
+          f"{sec / best[FLOOR]:.2f}x {name}" for name, sec in best.items()
+          if name not in jax_ways and name != FLOOR))
 
 
 if __name__ == "__main__":
