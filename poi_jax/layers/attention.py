@@ -8,10 +8,10 @@ einsum-softmax-einsum.
   and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a
   one-device CPU the kernel timed fastest on this machine at the traced shape
   (`cpu_attention_choice`, cached per CPU), where no timing applies (small problems, several
-  devices) ``cpu_kernel`` when no attention dropout is active, the dtype is float32 and the
-  kernel could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout
-  on the attention probabilities, which BERT fine-tuning applies (0.1), so a training step with
-  attention dropout takes the explicit path; a shape cuDNN rejects falls back to XLA too.
+  devices) ``cpu_kernel`` when the dtype is float32 and the kernel could be built, else
+  ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
+  fine-tuning applies (0.1), so a GPU training step with attention dropout takes the explicit
+  path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
   attention dropout is active.
 * ``explicit``: the einsum-softmax-einsum below (transformers' eager attention): an additive
@@ -23,14 +23,15 @@ einsum-softmax-einsum.
   with ``e = exp(s - max s)``: one pass fewer over the ``(B, N, L, L)`` scores) and keeps ``e``;
   the backward forms ``dS = e / sum(e) * (dP - rowsum(dO * O))`` in one pass (flash attention's
   identity). On a CPU it is the fastest of the XLA-op kernels (docs/cpu_profile.md), so ``auto``
-  picks it there when ``cpu_kernel`` does not apply (attention dropout, bfloat16, several
-  devices, no compiler). Same masks, same dropout bits as ``explicit``; equal to it
-  to float32 rounding.
+  picks it there when ``cpu_kernel`` does not apply (bfloat16, several devices, no compiler).
+  Same masks, same dropout bits as ``explicit``; equal to it to float32 rounding.
 * ``cpu_kernel``: a native CPU kernel (`poi_jax.layers.cpu_attention`, an XLA FFI call built
   on first use) that keeps a block of queries' scores in cache, as PyTorch's CPU attention does:
-  forward + backward 1.3-1.5x faster than ``explicit_vjp`` on a CPU (docs/cpu_profile.md). No attention dropout: in
-  training with it, ``explicit_vjp`` runs instead. An error on other backends, or when the kernel
-  cannot be built (no C++ compiler; the reason is in the error).
+  forward + backward 1.3-1.5x faster than ``explicit_vjp`` on a CPU (docs/cpu_profile.md).
+  Attention dropout is drawn inside the kernel (`cpu_attention.attention`: a hash of the
+  position and a seed from the step's key, in the forward and again in the backward, never a
+  stored mask): the same rate and scaling as the other kernels, other bits. An error on other
+  backends, or when the kernel cannot be built (no C++ compiler; the reason is in the error).
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
@@ -180,12 +181,11 @@ def choose(implementation: str, dtype, dropout_active: bool,
                        f"(use auto)")
     if not cpu_attention.available():
       raise ValueError(f"model.attention=cpu_kernel: {cpu_attention.unavailable_reason()}")
-    return "explicit_vjp" if dropout_active else "cpu_kernel"
+    return "cpu_kernel"
   if implementation == "explicit_vjp":
     return "explicit_vjp"
   if implementation == "auto" and platform == "cpu":
-    rule = ("cpu_kernel" if not dropout_active and _cpu_kernel_usable(dtype, devices)
-            else "explicit_vjp")
+    rule = "cpu_kernel" if _cpu_kernel_usable(dtype, devices) else "explicit_vjp"
     if shape is not None and _probe_applies(shape, devices):
       # Called while a step is traced: the timing runs now, on concrete arrays, not staged out.
       with jax.ensure_compile_time_eval():
@@ -240,7 +240,7 @@ def cpu_candidates(shape, dtype, dropout_active: bool) -> dict:
     return make
 
   kinds = ["explicit_vjp", "explicit"] if dropout_active else ["explicit_vjp", "xla"]
-  if not dropout_active and _cpu_kernel_usable(dtype, 1):
+  if _cpu_kernel_usable(dtype, 1):
     kinds.insert(0, "cpu_kernel")
   return {kind: factory(kind) for kind in kinds}
 
@@ -276,7 +276,12 @@ def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_acti
     kind = "explicit_vjp"  # the kernel takes a key mask only, not a per-query one
   if kind == "cpu_kernel":
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
-    return cpu_attention.attention(q, k, v, bias)
+    if not dropout_active:
+      return cpu_attention.attention(q, k, v, bias)
+    if key is None:
+      raise ValueError("dropout needs a key when deterministic=False")
+    return cpu_attention.attention(q, k, v, bias, dropout_rate=float(dropout_rate),
+                                   seed=cpu_attention.dropout_seed(key))
   if kind == "explicit_vjp":
     return _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
   if kind == "explicit":

@@ -12,9 +12,13 @@
 //          one, because a padded row's max is -3.4e38, which would absorb log(sum)).
 // Backward: P recomputed from them; dP = dO v^T; dS = P * (dP - rowsum(dO * out)) / sqrt(D);
 //           dq = dS k, dk = dS^T q, dv = P^T dO.
-// float32 only; bias is additive over keys, (B, Lk); attention dropout is not done here (the
-// Python side uses this kernel only without it). Work is split over (batch, head) pairs on XLA's
-// intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same rows.
+// Dropout on the probabilities (rate > 0): out = (P * M) v with M = keep / (1 - rate); the keep
+//          mask is drawn here, per element, from a counter-based hash of (seed, pair, query, key)
+//          (`Dropout`), in the forward and again in the backward, so it is never stored;
+//          dP = M * (dO v^T), dv = (P * M)^T dO, and rowsum(dO * out) = rowsum(P * dP) still.
+// float32 only; bias is additive over keys, (B, Lk). Work is split over (batch, head) pairs on
+// XLA's intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same
+// rows.
 //
 // Portable C++17 with GCC/Clang vector extensions, one vector per register of the machine it is
 // built for (-march=native): 16 floats with AVX-512, 8 with AVX/AVX2, 4 elsewhere (NEON, SSE).
@@ -119,6 +123,72 @@ inline vf vexp(vf x) {
 
 inline float hmax(vf v) { float m = v[0]; for (int i = 1; i < W; ++i) m = std::max(m, v[i]); return m; }
 inline float hsum(vf v) { float s = 0.f; for (int i = 0; i < W; ++i) s += v[i]; return s; }
+
+// ---- Dropout ----------------------------------------------------------------------------------
+
+typedef uint32_t vu __attribute__((vector_size(W * 4)));
+
+// A 32-bit integer hash with full avalanche (the "lowbias32" mixer: xor-shift, multiply,
+// xor-shift, multiply, xor-shift), the same in scalar and vector form.
+inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+  return x;
+}
+inline vu mix32(vu x) {
+  x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+  return x;
+}
+
+// Attention dropout's keep mask as a function, not an array: element (pair bh, query i, key j)
+// is kept when mix32(row + j * golden) >= threshold, with row = mix32(seed0 ^ mix32(seed1 +
+// bh * Lq + i)) and threshold = rate * 2^32 (P(keep) = 1 - rate to 2^-32); kept elements are
+// scaled by 1 / (1 - rate). The forward and the backward draw the same bits from the same seed,
+// so the mask costs a few integer operations per score and no memory.
+struct Dropout {
+  uint32_t seed0 = 0, seed1 = 0;
+  uint32_t threshold = 0;
+  float scale = 1.f;
+  bool on = false;
+};
+
+Dropout dropout_of(const uint32_t* seed, float rate) {
+  Dropout dr;
+  if (!(rate > 0.f)) return dr;
+  dr.on = true;
+  dr.seed0 = seed[0];
+  dr.seed1 = seed[1];
+  const double t = std::ldexp(static_cast<double>(rate), 32);
+  dr.threshold = t >= 4294967295.0 ? 0xffffffffU : static_cast<uint32_t>(t);
+  dr.scale = rate < 1.f ? 1.0f / (1.0f - rate) : 0.f;
+  return dr;
+}
+
+uint32_t row_key(const Dropout& dr, int64_t bh, int64_t Lq, int64_t i) {
+  return mix32(dr.seed0 ^ mix32(dr.seed1 + static_cast<uint32_t>(bh * Lq + i)));
+}
+
+// m[j] = the dropout's factor of key j (0 dropped, 1 / (1 - rate) kept), j < n.
+void dropout_row(const Dropout& dr, uint32_t row, int64_t n, float* m) {
+  constexpr uint32_t kGolden = 0x9e3779b9U;
+  vu lanes;
+  for (int t = 0; t < W; ++t) lanes[t] = static_cast<uint32_t>(t);
+  const vf scale = splat(dr.scale);
+  vi scale_bits;
+  std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const vu x = mix32(row + (lanes + static_cast<uint32_t>(j)) * kGolden);
+    const vi keep = x >= dr.threshold;  // all ones where kept
+    const vi bits = scale_bits & keep;
+    vf f;
+    std::memcpy(&f, &bits, sizeof(f));
+    st(m + j, f);
+  }
+  for (; j < n; ++j) {
+    const uint32_t x = mix32(row + static_cast<uint32_t>(j) * kGolden);
+    m[j] = x >= dr.threshold ? dr.scale : 0.f;
+  }
+}
 
 // ---- Register-blocked products (all sizes of the accumulator tiles are compile-time) ----------
 // The operands are packed: rows of Dp floats (Dp a multiple of W, zero padded) and score rows of
@@ -345,17 +415,19 @@ float* scratch(std::vector<float>& buf, int64_t size) {
 
 // The forward of one (batch, head) pair `bh`: its rows of O, MAX and INV.
 void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
-                  const float* bias_, float* O, float* MAX, float* INV, int64_t bh) {
+                  const float* bias_, const Dropout& dr, float* O, float* MAX, float* INV,
+                  int64_t bh) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
   const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
-  float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp);
+  float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp + Lkp);
   float* vp = kt + Dp * Lkp;
   float* qb = vp + Lkp * Dp;
   float* ob = qb + BQ * Dp;
   float* s = ob + BQ * Dp;
   float* kp = s + BQ * Lkp;
+  float* mrow = kp + Lkp * Dp;  // the dropout's factors for one query's keys
   gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
   transpose_rows(kp, d, kt);
   gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, vp);
@@ -385,6 +457,11 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
       float l = hsum(acc);
       for (; j < d.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
       inv[r] = 1.0f / l;
+      if (dr.on) {  // after the sum: the softmax normalises over every key, dropped or not
+        dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), d.Lk, mrow);
+        for (j = 0; j + W <= d.Lk; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
+        for (; j < d.Lk; ++j) sr[j] *= mrow[j];
+      }
       MAX[bh * d.Lq + i0 + r] = mx;
       INV[bh * d.Lq + i0 + r] = inv[r];
     }
@@ -395,11 +472,13 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
 
 ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> row_max,
-                   ffi::ResultBuffer<ffi::F32> inv_sum) {
+                   ffi::Buffer<ffi::U32> seed, ffi::ResultBuffer<ffi::F32> out,
+                   ffi::ResultBuffer<ffi::F32> row_max, ffi::ResultBuffer<ffi::F32> inv_sum,
+                   float dropout_rate) {
   const Dims d = dims_of(q, k);
+  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(),
+    forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
                  out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
   });
   return ffi::Error::Success();
@@ -409,13 +488,14 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ff
 
 // The backward of one (batch, head) pair `bh`: its rows of DQ, DK and DV.
 void backward_head(const Dims& d, const float* Q, const float* K, const float* V,
-                   const float* bias_, const float* O, const float* MAX, const float* INV,
-                   const float* DO, float* DQ, float* DK, float* DV, int64_t bh) {
+                   const float* bias_, const Dropout& dr, const float* O, const float* MAX,
+                   const float* INV, const float* DO, float* DQ, float* DK, float* DV,
+                   int64_t bh) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
   const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
-  float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2);
+  float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2 + Lkp);
   float* vt = kt + Dp * Lkp;
   float* kp = vt + Dp * Lkp;
   float* dka = kp + Lkp * Dp;
@@ -426,6 +506,7 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   float* dqb = ob + BQ * Dp;
   float* p = dqb + BQ * Dp;
   float* ds = p + BQ * Lkp;
+  float* mrow = ds + BQ * Lkp;  // the dropout's factors for one query's keys
   gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
   transpose_rows(kp, d, kt);
   gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
@@ -447,18 +528,34 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
       float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
       for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
       int64_t j = 0;
+      if (!dr.on) {
+        for (; j + W <= d.Lk; j += W) {
+          vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
+          st(pr + j, pj);
+          st(dsr + j, pj * (ld(dsr + j) - row));
+        }
+        for (; j < d.Lk; ++j) {
+          pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
+          dsr[j] = pr[j] * (dsr[j] - row);
+        }
+        continue;
+      }
+      // With dropout: dP = M * (dO v^T), dS = P * (dP - row), and dv takes P * M.
+      dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), d.Lk, mrow);
       for (; j + W <= d.Lk; j += W) {
         vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
-        st(pr + j, pj);
-        st(dsr + j, pj * (ld(dsr + j) - row));
+        vf mj = ld(mrow + j);
+        st(pr + j, pj * mj);
+        st(dsr + j, pj * (ld(dsr + j) * mj - row));
       }
       for (; j < d.Lk; ++j) {
-        pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
-        dsr[j] = pr[j] * (dsr[j] - row);
+        float pj = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
+        pr[j] = pj * mrow[j];
+        dsr[j] = pj * (dsr[j] * mrow[j] - row);
       }
     }
     const int Lk = static_cast<int>(d.Lk);
-    mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO
+    mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO (P * M with dropout)
     mat_pv(ds, R, kp, Lk, d.Lkp, d.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
     mat_ptx_acc(ds, R, qb, Lk, d.Lkp, d.Dp, dka);  // dk += dS^T (q / sqrt(D))
     scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
@@ -469,13 +566,15 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
 
 ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
                     ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                    ffi::Buffer<ffi::F32> out, ffi::Buffer<ffi::F32> row_max,
-                    ffi::Buffer<ffi::F32> inv_sum,
+                    ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::F32> out,
+                    ffi::Buffer<ffi::F32> row_max, ffi::Buffer<ffi::F32> inv_sum,
                     ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
-                    ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv) {
+                    ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv,
+                    float dropout_rate) {
   const Dims d = dims_of(q, k);
+  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(),
+    backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
                   out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
                   d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(), bh);
   });
@@ -492,9 +591,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Arg<ffi::Buffer<ffi::F32>>()  // k (B, Lk, N, D)
         .Arg<ffi::Buffer<ffi::F32>>()  // v (B, Lk, N, D)
         .Arg<ffi::Buffer<ffi::F32>>()  // bias (B, Lk)
+        .Arg<ffi::Buffer<ffi::U32>>()  // seed (2,): the dropout's
         .Ret<ffi::Buffer<ffi::F32>>()  // out (B, Lq, N, D)
         .Ret<ffi::Buffer<ffi::F32>>()  // row_max (B, N, Lq)
         .Ret<ffi::Buffer<ffi::F32>>()  // inv_sum (B, N, Lq)
+        .Attr<float>("dropout_rate")
 );
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
@@ -505,6 +606,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Arg<ffi::Buffer<ffi::F32>>()  // k
         .Arg<ffi::Buffer<ffi::F32>>()  // v
         .Arg<ffi::Buffer<ffi::F32>>()  // bias
+        .Arg<ffi::Buffer<ffi::U32>>()  // seed
         .Arg<ffi::Buffer<ffi::F32>>()  // out
         .Arg<ffi::Buffer<ffi::F32>>()  // row_max
         .Arg<ffi::Buffer<ffi::F32>>()  // inv_sum
@@ -512,4 +614,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Ret<ffi::Buffer<ffi::F32>>()  // dq
         .Ret<ffi::Buffer<ffi::F32>>()  // dk
         .Ret<ffi::Buffer<ffi::F32>>()  // dv
+        .Attr<float>("dropout_rate")
 );

@@ -6,7 +6,7 @@ which go to memory and back between the matmuls and the softmax; PyTorch's CPU k
 block of queries at a time with its scores in cache, and is about twice as fast as the best
 XLA-op path (docs/cpu_profile.md).
 `cpu_attention.cc` does the same as an XLA FFI call (forward and backward, float32, additive key
-bias, no dropout), running on XLA's intra-op thread pool: one BERT-base layer's attention
+bias, attention dropout drawn inside the kernel), running on XLA's intra-op thread pool: one BERT-base layer's attention
 forward + backward at 8 x 384 goes from 102 ms (``explicit_vjp``) to 67 ms on 2 cores (PyTorch:
 53-73; `python bench/cpu_pieces.py --pieces=attention --shape=bert-base --seq=384`).
 
@@ -47,6 +47,7 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
 _FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
@@ -189,45 +190,58 @@ def unavailable_reason() -> str | None:
   return _state["reason"]
 
 
-def _forward_call(q, k, v, bias):
+def _forward_call(q, k, v, bias, seed, rate):
   b, lq, n, _ = q.shape
   return jax.ffi.ffi_call(
       "poi_jax_cpu_attention_fwd",
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32),   # each query's max score
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32)),  # and 1 / sum(exp(score - max))
-      vmap_method="sequential")(q, k, v, bias)
+      vmap_method="sequential")(q, k, v, bias, seed, dropout_rate=np.float32(rate))
 
 
-@jax.custom_vjp
-def _attention(q, k, v, bias):
-  return _forward_call(q, k, v, bias)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _attention(q, k, v, bias, seed, rate):
+  return _forward_call(q, k, v, bias, seed, rate)[0]
 
 
-def _attention_fwd(q, k, v, bias):
-  out, row_max, inv_sum = _forward_call(q, k, v, bias)
-  return out, (q, k, v, bias, out, row_max, inv_sum)
+def _attention_fwd(q, k, v, bias, seed, rate):
+  out, row_max, inv_sum = _forward_call(q, k, v, bias, seed, rate)
+  return out, (q, k, v, bias, seed, out, row_max, inv_sum)
 
 
-def _attention_bwd(residuals, d_out):
-  q, k, v, bias, out, row_max, inv_sum = residuals
+def _attention_bwd(rate, residuals, d_out):
+  q, k, v, bias, seed, out, row_max, inv_sum = residuals
   dq, dk, dv = jax.ffi.ffi_call(
       "poi_jax_cpu_attention_bwd",
       tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v)),
-      vmap_method="sequential")(q, k, v, bias, out, row_max, inv_sum, d_out)
-  # The bias comes from the padding mask (no parameter behind it): no gradient.
-  return dq, dk, dv, jnp.zeros_like(bias)
+      vmap_method="sequential")(q, k, v, bias, seed, out, row_max, inv_sum, d_out,
+                                dropout_rate=np.float32(rate))
+  # The bias comes from the padding mask (no parameter behind it): no gradient; the seed is an
+  # integer (float0 cotangent).
+  return dq, dk, dv, jnp.zeros_like(bias), np.zeros(seed.shape, jax.dtypes.float0)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None) -> jax.Array:
-  """``softmax(q k^T / sqrt(Dh) + bias) v`` per head, computed in float32.
+def dropout_seed(key: jax.Array) -> jax.Array:
+  """The kernel's dropout seed, ``(2,)`` uint32, drawn from a JAX PRNG key."""
+  return jax.random.bits(key, (2,), jnp.uint32)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None, *,
+              dropout_rate: float = 0.0, seed: jax.Array | None = None) -> jax.Array:
+  """``dropout(softmax(q k^T / sqrt(Dh) + bias)) v`` per head, computed in float32.
 
   Args:
     q: ``(B, Lq, N, Dh)``; k, v: ``(B, Lk, N, Dh)``.
     bias: additive float32 ``(B, Lk)`` over the keys (None: no mask).
+    dropout_rate: the probabilities' drop rate (0: none). The keep mask is the kernel's own,
+      drawn from ``seed`` (`dropout_seed`) by a hash of (seed, batch x head, query, key) in the
+      forward and again in the backward, never stored; kept probabilities are scaled by
+      ``1 / (1 - rate)``. Its bits are not `jax.random.bernoulli`'s (the other kernels' masks).
+    seed: ``(2,)`` uint32, required when ``dropout_rate > 0``.
   Returns:
     ``(B, Lq, N, Dh)`` in the dtype of ``v``.
   """
@@ -241,7 +255,15 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None) 
   if bias is not None and bias.shape != (k.shape[0], k.shape[1]):
     raise ValueError(f"cpu_attention.attention: bias must be (B, Lk) = "
                      f"{(k.shape[0], k.shape[1])}, got {bias.shape}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"cpu_attention.attention: dropout_rate must be in [0, 1), got "
+                     f"{dropout_rate}")
+  if dropout_rate > 0.0 and seed is None:
+    raise ValueError("cpu_attention.attention: dropout_rate > 0 needs a seed (dropout_seed(key))")
   if bias is None:
     bias = jnp.zeros((k.shape[0], k.shape[1]), jnp.float32)
+  seed = jnp.zeros((2,), jnp.uint32) if seed is None else jnp.asarray(seed, jnp.uint32)
+  if seed.shape != (2,):
+    raise ValueError(f"cpu_attention.attention: seed must be (2,) uint32, got {seed.shape}")
   f32 = lambda x: x.astype(jnp.float32)
-  return _attention(f32(q), f32(k), f32(v), f32(bias)).astype(v.dtype)
+  return _attention(f32(q), f32(k), f32(v), f32(bias), seed, float(dropout_rate)).astype(v.dtype)

@@ -6,9 +6,9 @@ one 2-core AMD EPYC host and 2.5x slower on another (issue 51). A fixed rule pic
 of them, so ``auto`` times the candidates once per machine and shape and keeps the answer, as
 cuDNN's and XLA's GPU autotuners do for their own kernels:
 
-* **Candidates** (`poi_jax.layers.attention.cpu_candidates`): without attention dropout the
-  native kernel (when it could be built), ``explicit_vjp`` and ``xla``; with it ``explicit_vjp``
-  and ``explicit`` (XLA's fused API has no dropout).
+* **Candidates** (`poi_jax.layers.attention.cpu_candidates`): the native kernel (when it could
+  be built; it draws attention dropout itself) and ``explicit_vjp``, with ``xla`` without
+  attention dropout and ``explicit`` with it (XLA's fused API has no dropout).
 * **Timing**: forward + backward of the attention core at the traced shape and dtype, each
   compiled on its own, the minimum of `REPEATS` runs after a warm-up (about 1-3 s, once).
 * **Cache**: one JSON file in the kernel cache (`cpu_attention.cache_dir`,

@@ -73,15 +73,39 @@ def test_dropout_in_training_is_the_same_for_the_same_key_and_drops():
   assert np.abs(np.asarray(train) - np.asarray(evaluation)).max() > 1e-2
 
 
+@pytest.mark.skipif(not attention.cpu_attention.available(),
+                    reason="the native kernel could not be built here (no C++ compiler)")
+def test_cpu_kernel_in_training_draws_its_dropout_from_the_key():
+  """``cpu_kernel`` with attention dropout through the dispatcher: deterministic for a key,
+  another key another mask, the deterministic pass no dropout, and a gradient through it."""
+  q, k, v, mask = _qkv()
+  run = lambda key, deterministic=False: attention.dot_product_attention(
+      q, k, v, mask, num_heads=4, implementation="cpu_kernel", dropout_rate=0.3,
+      key=jax.random.key(key), deterministic=deterministic)
+  np.testing.assert_array_equal(np.asarray(run(0)), np.asarray(run(0)))
+  assert np.abs(np.asarray(run(0)) - np.asarray(run(1))).max() > 1e-2
+  plain = attention.dot_product_attention(q, k, v, mask, num_heads=4, implementation="explicit")
+  np.testing.assert_allclose(np.asarray(run(0, deterministic=True)), np.asarray(plain),
+                             atol=1e-6)
+  grad = jax.grad(lambda q: jnp.sum(attention.dot_product_attention(
+      q, k, v, mask, num_heads=4, implementation="cpu_kernel", dropout_rate=0.3,
+      key=jax.random.key(0), deterministic=False)))(q)
+  assert np.isfinite(np.asarray(grad)).all() and float(jnp.abs(grad).max()) > 0
+  with pytest.raises(ValueError, match="needs a key"):
+    attention.dot_product_attention(q, k, v, mask, num_heads=4, implementation="cpu_kernel",
+                                    dropout_rate=0.3, deterministic=False)
+
+
 @pytest.mark.parametrize("backend,implementation,dtype,dropout,want", [
-    # On a CPU the native kernel is the fastest (docs/cpu_profile.md): float32, no dropout; else
-    # the hand-written backward.
+    # On a CPU the native kernel is the fastest (docs/cpu_profile.md): float32, with or without
+    # attention dropout (drawn in the kernel); else the hand-written backward.
     ("cpu", "auto", jnp.bfloat16, False, "explicit_vjp"),
     ("cpu", "auto", jnp.float32, False, "cpu_kernel"),
-    ("cpu", "auto", jnp.float32, True, "explicit_vjp"),
+    ("cpu", "auto", jnp.float32, True, "cpu_kernel"),
+    ("cpu", "auto", jnp.bfloat16, True, "explicit_vjp"),
     ("cpu", "cpu_kernel", jnp.float32, False, "cpu_kernel"),
     ("cpu", "cpu_kernel", jnp.bfloat16, False, "cpu_kernel"),
-    ("cpu", "cpu_kernel", jnp.float32, True, "explicit_vjp"),
+    ("cpu", "cpu_kernel", jnp.float32, True, "cpu_kernel"),
     ("cpu", "explicit", jnp.float32, False, "explicit"),
     ("gpu", "explicit_vjp", jnp.bfloat16, True, "explicit_vjp"),
     ("cpu", "xla", jnp.float32, False, "xla"),

@@ -81,6 +81,81 @@ def test_kernel_equals_pytorch_sdpa(b, lq, lk, heads, dh, lengths):
                                err_msg=name)
 
 
+def _kernel_keep_factors(seed, rate, b, heads, lq, lk):
+  """The kernel's dropout factors ``(B, N, Lq, Lk)`` (0 dropped, 1 / (1 - rate) kept), written
+  here in NumPy from the rule cpu_attention.cc documents: the lowbias32 hash, row key
+  ``mix(seed0 ^ mix(seed1 + (b * N + h) * Lq + i))``, element ``mix(row + j * 0x9e3779b9)``,
+  kept when ``>= rate * 2^32``."""
+  def mix(x):
+    x = x.astype(np.uint64) & 0xffffffff
+    x ^= x >> 16
+    x = (x * 0x7feb352d) & 0xffffffff
+    x ^= x >> 15
+    x = (x * 0x846ca68b) & 0xffffffff
+    x ^= x >> 16
+    return x
+  s0, s1 = (int(x) for x in np.asarray(seed, np.uint32))
+  bh = np.arange(b * heads, dtype=np.uint64).reshape(b, heads, 1, 1)
+  i = np.arange(lq, dtype=np.uint64).reshape(1, 1, lq, 1)
+  j = np.arange(lk, dtype=np.uint64).reshape(1, 1, 1, lk)
+  row = mix(np.uint64(s0) ^ mix(np.uint64(s1) + bh * np.uint64(lq) + i))
+  x = mix(row + j * np.uint64(0x9e3779b9))
+  threshold = min(int(np.ldexp(np.float64(np.float32(rate)), 32)), 0xffffffff)
+  return np.where(x >= threshold, np.float32(1.0) / (np.float32(1.0) - np.float32(rate)),
+                  np.float32(0.0)).astype(np.float32)
+
+
+def _explicit_with_factors(q, k, v, mask, factors):
+  """The explicit path with the dropout given as fixed factors on the probabilities."""
+  return attention._explicit(q, k, v, mask, lambda p: p * factors)
+
+
+@needs_compiler
+@pytest.mark.parametrize("b,lq,lk,heads,dh,lengths", SHAPES)
+def test_kernel_dropout_equals_the_explicit_path_with_its_mask(b, lq, lk, heads, dh, lengths):
+  """With dropout, forward and q/k/v gradients against JAX's derivative of the explicit path
+  with the kernel's documented mask (rebuilt in NumPy), at BERT's rate and a large one."""
+  q, k, v, keys, cot = _inputs(b, lq, lk, heads, dh, lengths)
+  mask = jnp.asarray(keys)[:, None, None, :]
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  for rate, key in ((0.1, 3), (0.5, 4)):
+    seed = cpu_attention.dropout_seed(jax.random.key(key))
+    factors = jnp.asarray(_kernel_keep_factors(seed, rate, b, heads, lq, lk))
+    kernel = lambda q, k, v: cpu_attention.attention(q, k, v, bias, dropout_rate=rate, seed=seed)
+    got, got_vjp = jax.vjp(jax.jit(kernel), q, k, v)
+    want, want_vjp = jax.vjp(lambda *a: _explicit_with_factors(*a, mask, factors), q, k, v)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+    for name, g, w in zip("qkv", got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5, rtol=0,
+                                 err_msg=f"{name} at rate {rate}")
+
+
+@needs_compiler
+def test_kernel_dropout_rate_seed_and_errors():
+  """The mask keeps 1 - rate of the probabilities, independently of position; another seed
+  draws another mask, the same seed the same; rate 0 is no dropout; bad rates and a missing
+  seed are clear errors."""
+  b, lq, lk, heads = 2, 64, 96, 3
+  factors = _kernel_keep_factors(cpu_attention.dropout_seed(jax.random.key(0)), 0.1, b, heads,
+                                 lq, lk)
+  kept = factors > 0
+  n = kept.size
+  assert abs(kept.mean() - 0.9) < 4 * np.sqrt(0.09 / n)  # 4 standard errors
+  assert abs(kept[..., ::2].mean() - kept[..., 1::2].mean()) < 0.02  # no pattern over keys
+  q, k, v, keys, _ = _inputs(b, lq, lk, heads, 16, [lk, 50])
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  run = lambda rate, key: np.asarray(cpu_attention.attention(
+      q, k, v, bias, dropout_rate=rate, seed=cpu_attention.dropout_seed(jax.random.key(key))))
+  np.testing.assert_array_equal(run(0.1, 0), run(0.1, 0))
+  assert np.abs(run(0.1, 0) - run(0.1, 1)).max() > 1e-3
+  np.testing.assert_array_equal(run(0.0, 0), np.asarray(cpu_attention.attention(q, k, v, bias)))
+  for bad in (-0.1, 1.0):
+    with pytest.raises(ValueError, match="dropout_rate must be in"):
+      cpu_attention.attention(q, k, v, bias, dropout_rate=bad, seed=jnp.zeros(2, jnp.uint32))
+  with pytest.raises(ValueError, match="needs a seed"):
+    cpu_attention.attention(q, k, v, bias, dropout_rate=0.1)
+
+
 @needs_compiler
 def test_kernel_under_vmap_and_in_bfloat16():
   q, k, v, keys, _ = _inputs(2, 20, 20, 2, 16, [20, 11])
@@ -116,7 +191,8 @@ def test_build_goes_to_the_cache_directory_once(tmp_path):
 _CHILD = """
 import sys, jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {root!r})
-from tests.layers.test_cpu_attention import SHAPES, _inputs
+from tests.layers.test_cpu_attention import (SHAPES, _explicit_with_factors, _inputs,
+                                             _kernel_keep_factors)
 from poi_jax.layers import attention, cpu_attention
 assert cpu_attention.available(), cpu_attention.unavailable_reason()
 for b, lq, lk, heads, dh, lengths in SHAPES[1:3] + [(1, 40, 40, 2, 112, [33])]:
@@ -128,6 +204,14 @@ for b, lq, lk, heads, dh, lengths in SHAPES[1:3] + [(1, 40, 40, 2, 112, [33])]:
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
   for g, w in zip(got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-6, rtol=0)
+  seed = cpu_attention.dropout_seed(jax.random.key(7))  # the dropout's mask and gradients too
+  factors = jnp.asarray(_kernel_keep_factors(seed, 0.2, b, heads, lq, lk))
+  got, got_vjp = jax.vjp(lambda q, k, v: cpu_attention.attention(
+      q, k, v, bias, dropout_rate=0.2, seed=seed), q, k, v)
+  want, want_vjp = jax.vjp(lambda *a: _explicit_with_factors(*a, mask, factors), q, k, v)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+  for g, w in zip(got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5, rtol=0)
 print("equal", 3)
 """
 
