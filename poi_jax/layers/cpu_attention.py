@@ -28,7 +28,8 @@ raises that reason.
 
 `attention(q, k, v, bias)` is differentiable (custom VJP: the backward recomputes the
 probabilities from the forward's row maxima and sums, as flash attention does from their log-sum-exp). Under `jax.vmap` it runs
-once per mapped element. On a mesh of several devices XLA does not partition an FFI call (it
+once per mapped element (with dropout, a seed shared by the mapped elements draws the same mask
+for each: map the seeds too for independent masks). On a mesh of several devices XLA does not partition an FFI call (it
 gathers the operands onto each device), so ``auto`` takes this kernel on a single-device CPU run
 only.
 """
