@@ -6,9 +6,10 @@ which go to memory and back between the matmuls and the softmax; PyTorch's CPU k
 block of queries at a time with its scores in cache, and is about twice as fast as the best
 XLA-op path (docs/cpu_profile.md).
 `cpu_attention.cc` does the same as an XLA FFI call (forward and backward, float32, additive key
-bias, attention dropout drawn inside the kernel), running on XLA's intra-op thread pool: one BERT-base layer's attention
-forward + backward at 8 x 384 goes from 102 ms (``explicit_vjp``) to 67 ms on 2 cores (PyTorch:
-53-73; `python bench/cpu_pieces.py --pieces=attention --shape=bert-base --seq=384`).
+bias, attention dropout drawn inside the kernel), running on XLA's intra-op thread pool: one
+BERT-base layer's attention forward + backward at 8 x 384 goes from 102 ms (``explicit_vjp``) to
+67 ms on 2 cores (PyTorch: 53-73; `python bench/cpu_pieces.py --pieces=attention
+--shape=bert-base --seq=384`).
 
 **Build.** The C++ source ships with the package and is compiled on first use with the system's
 C++ compiler (``$CXX``, else ``c++``/``g++`` on PATH; ``-O3 -march=native``: it is built for the
@@ -27,11 +28,11 @@ and ``model.attention=auto`` keeps the ``explicit_vjp`` path; ``model.attention=
 raises that reason.
 
 `attention(q, k, v, bias)` is differentiable (custom VJP: the backward recomputes the
-probabilities from the forward's row maxima and sums, as flash attention does from their log-sum-exp). Under `jax.vmap` it runs
-once per mapped element (with dropout, a seed shared by the mapped elements draws the same mask
-for each: map the seeds too for independent masks). On a mesh of several devices XLA does not partition an FFI call (it
-gathers the operands onto each device), so ``auto`` takes this kernel on a single-device CPU run
-only.
+probabilities from the forward's row maxima and sums, as flash attention does from their
+log-sum-exp). Under `jax.vmap` it runs once per mapped element (with dropout, a seed shared by
+the mapped elements draws the same mask for each: map the seeds too for independent masks). On a
+mesh of several devices XLA does not partition an FFI call (it gathers the operands onto each
+device), so ``auto`` takes this kernel on a single-device CPU run only.
 """
 from __future__ import annotations
 
