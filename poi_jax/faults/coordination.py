@@ -135,7 +135,7 @@ def _end(detail: str) -> None:
   line = verdict(index, count, _STATE["address"], detail, watchdog=dog)
   if dog is not None:
     dog.fail(f"{line}; stopping process {index}")  # prints, (posts,) and ends the process
-  watchdog_lib.write_line(f"{line}; stopping process {index}")
+  watchdog_lib.write_line(f"{line}; stopping process {index}", last=True)
   os._exit(ProcessLost.exit_code)
 
 

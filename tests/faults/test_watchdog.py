@@ -347,3 +347,40 @@ def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path)
                                              "PYTHONPATH": str(__import__("pathlib").Path(
                                                  __file__).resolve().parents[2])})
   assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+
+
+def test_the_verdict_stays_the_last_line_while_the_main_thread_prints(tmp_path):
+  """The failure of CI stop 58 (launch/chaos.py: "no one-line cause ... last line 'scoring 40 of
+  4449 questions'"): process 0 found process 1 lost while its main thread was still starting up
+  and printing; the verdict went out, and during the two beats process 0 gives the others to read
+  it, the main thread's next line landed after it. Here the real exit (os._exit) of process 0
+  of 2, a fake coordination service in which process 1 never beats, and a main thread that
+  prints without pause into the same file as stderr (as launch/local_multiprocess.sh's logs)."""
+  import subprocess
+  import sys
+  script = tmp_path / "printing.py"
+  script.write_text(
+      "import time\n"
+      "from poi_jax.faults import watchdog\n"
+      "class Client:\n"
+      "  values = {}\n"
+      "  def key_value_set(self, key, value, allow_overwrite=True):\n"
+      "    self.values[key] = value\n"
+      "  def key_value_dir_get(self, prefix):\n"
+      "    return [(k, v) for k, v in list(self.values.items()) if k.startswith(prefix)]\n"
+      "watchdog._client = lambda: Client()\n"
+      "watchdog.start(0, 2, timeout_s=0.5)\n"
+      "while True:\n"
+      "  print('scoring 40 of 4449 questions', flush=True)\n"
+      "  time.sleep(0.001)\n")
+  log = tmp_path / "proc0.log"
+  with open(log, "w") as out:
+    r = subprocess.run([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT,
+                       timeout=60, cwd=str(tmp_path),
+                       env={**__import__("os").environ, "PYTHONUNBUFFERED": "1",
+                            "PYTHONPATH": str(__import__("pathlib").Path(
+                                __file__).resolve().parents[2])})
+  lines = [l for l in log.read_text().splitlines() if l.strip()]
+  assert r.returncode == ProcessLost.exit_code, lines[-5:]
+  assert lines[0].startswith("scoring"), lines[:3]  # the main thread did print before the end
+  assert lines[-1].startswith("error: lost process 1 of 2: no heartbeat"), lines[-3:]
