@@ -141,9 +141,7 @@ def _explicit_vjp(q, k, v, mask, rate, key, deterministic):
   as `poi_jax.layers.common.dropout` on the probabilities would."""
   bias = None if mask is None else jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
   keep = None
-  if not deterministic and rate > 0.0:
-    if key is None:
-      raise ValueError("dropout needs a key when deterministic=False")
+  if not deterministic and rate > 0.0:  # (a key is there: dot_product_attention checked)
     shape = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
     keep = jax.random.bernoulli(key, 1.0 - rate, shape)
   return _softmax_pv(q, k, v, bias, keep, float(rate))
@@ -265,6 +263,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   k = k.reshape(b, lk, num_heads, dh)
   v = v.reshape(b, lk, num_heads, dh)
   dropout_active = dropout_rate > 0.0 and not deterministic
+  if dropout_active and key is None:  # (every kernel that drops draws from it)
+    raise ValueError("dropout needs a key when deterministic=False")
   kind = choose(implementation, v.dtype, dropout_active, shape=(b, lq, lk, num_heads, dh))
   out = _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_active)
   return out.astype(v.dtype).reshape(b, lq, num_heads * dh)
@@ -278,8 +278,6 @@ def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_acti
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
     if not dropout_active:
       return cpu_attention.attention(q, k, v, bias)
-    if key is None:
-      raise ValueError("dropout needs a key when deterministic=False")
     return cpu_attention.attention(q, k, v, bias, dropout_rate=float(dropout_rate),
                                    seed=cpu_attention.dropout_seed(key))
   if kind == "explicit_vjp":

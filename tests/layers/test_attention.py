@@ -91,9 +91,10 @@ def test_cpu_kernel_in_training_draws_its_dropout_from_the_key():
       q, k, v, mask, num_heads=4, implementation="cpu_kernel", dropout_rate=0.3,
       key=jax.random.key(0), deterministic=False)))(q)
   assert np.isfinite(np.asarray(grad)).all() and float(jnp.abs(grad).max()) > 0
-  with pytest.raises(ValueError, match="needs a key"):
-    attention.dot_product_attention(q, k, v, mask, num_heads=4, implementation="cpu_kernel",
-                                    dropout_rate=0.3, deterministic=False)
+  for implementation in ("cpu_kernel", "explicit_vjp", "explicit", "auto"):
+    with pytest.raises(ValueError, match="needs a key"):
+      attention.dot_product_attention(q, k, v, mask, num_heads=4, dropout_rate=0.3,
+                                      implementation=implementation, deterministic=False)
 
 
 @pytest.mark.parametrize("backend,implementation,dtype,dropout,want", [
