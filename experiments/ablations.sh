@@ -41,7 +41,7 @@
 # nopos poi" (the default) picks the arms of squad1cpusel and squad1cpupaper; qopncpu's claim
 # under the same two protocols: qopncpusel, qopncpubest (QOPN_LR, WINDOW_LR) and qopncpupaper
 # (QOPN's settings), ARMS="qopn window"; a CPU-sized DREAM under both: dreamcpusel, dreamcpubest
-# (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run ~20-40 min here).
+# (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run 20-80 min here, by CPU).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
 what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
@@ -51,6 +51,10 @@ MINILM=${MINILM:-/tmp/minilm}
 DATA=${DATA:-/tmp/data}
 # One evaluation at the end, no intermediate checkpoints, no HuggingFace export (the slow suite's).
 ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config.train.export_best=false"
+# CPU runs of an hour or more (after ONCE, which it overrides): a checkpoint every 100 steps, so
+# that a run killed with its session resumes from it on the same command instead of from step 0
+# (a saved and resumed run equals the uninterrupted one: tests/faults/test_chaos.py).
+RESUMABLE="--config.train.save_every=100"
 RUN="python3 experiments/ablation.py --seeds=${SEEDS:-3}"
 # SEED_VALUES=3,4: only those seeds (over SEEDS), e.g. to add seeds to a measurement run before
 [ -n "${SEED_VALUES:-}" ] && RUN="$RUN --seed_values=$SEED_VALUES"
@@ -225,7 +229,7 @@ case $what in
     local dream; dream=$(cd "$SHARED/dream" && pwd)
     $RUN --seeds=$seeds --config=configs/dream.py:minilm "${cells[@]}" "${holdout[@]}" \
       --parallel=1 --metrics=accuracy --workdir=$W/$what -- $common \
-      --config.data.max_seq_length=128 $ONCE --config.runtime.cpu_malloc=system \
+      --config.data.max_seq_length=128 $ONCE $RESUMABLE --config.runtime.cpu_malloc=system \
       --config.data.train_file=$dream/train.json --config.data.eval_file=$dream/dev.json ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
@@ -346,7 +350,7 @@ case $what in
       # the paper's batch for both arms (QOPN's counts questions with their segments, the
       # window's windows, as in the paper's own QOPN and sliding-window rows)
       local batch=()
-      if [ $what = qopncpupaper ]; then batch=(--config.train.batch_size=32); fi
+      if [ $what = qopncpupaper ]; then batch=(--config.train.batch_size=32 $RESUMABLE); fi
       $RUN --seeds=$seeds --config=${config_of[$a]} "${cells[@]}" --parallel=1 \
         --metrics=exact_match,f1 --workdir=$W/$what-$a -- $extra \
         --config.data.max_seq_length=128 --config.data.max_query_length=24 $ONCE \
