@@ -12,8 +12,11 @@ Pieces (each compiled on its own in JAX; PyTorch eager, the same work):
   engine's optax chain, state donated; PyTorch: ``clip_grad_norm_`` + ``AdamW.step``);
 * ``step``: the whole step (JAX: the engine's jitted step, as `bench/train_step.py` times it);
 * ``attention``: one encoder layer's self-attention core (QK^T, mask, softmax, PV) forward and
-  backward at the step's shape, for each JAX kernel (`poi_jax.layers.attention`) against
-  PyTorch's SDPA.
+  backward at the step's shape, the last ``1 - --real`` of every row's keys padded, for each JAX
+  kernel (`poi_jax.layers.attention`) against PyTorch's SDPA; and the native kernel once more
+  with the padding's bias at -1e30 instead of the lowest float, which computes the same
+  probabilities but makes the kernel attend to every key (its padded tail is not left out:
+  `cpu_attention.cc`, `keys_in_use`), for what leaving it out saves.
 
 Timing: each piece is run ``--repeats`` times after a warm-up and its **minimum** is reported,
 JAX's then PyTorch's, piece by piece (the minimum is the least-disturbed run on a shared
@@ -154,7 +157,7 @@ def attention_pieces(args):
   rng = np.random.default_rng(0)
   q, k, v = (rng.standard_normal((b, l, width)).astype(np.float32) for _ in range(3))
   am = np.ones((b, l), np.int32)
-  am[:, int(l * 0.8):] = 0  # some padding, as real batches have
+  am[:, int(l * args.real):] = 0  # some padding, as real batches have
   out = {}
   jq, jk, jv, jm = (jnp.asarray(x) for x in (q, k, v, am))
   kernels = ["xla", "explicit", "explicit_vjp"]
@@ -170,6 +173,16 @@ def attention_pieces(args):
     bw = jax.jit(jax.grad(lambda q, k, v, m, f=f: jnp.sum(f(q, k, v, m)), argnums=(0, 1, 2)))
     out[f"jax {kernel}"] = (lambda fw=fw: jax.block_until_ready(fw(jq, jk, jv, jm)),
                             lambda bw=bw: jax.block_until_ready(bw(jq, jk, jv, jm)))
+  if "cpu_kernel" in kernels:
+    heads_of = lambda x: x.reshape(b, l, heads, dh)
+    flat = jnp.where(jnp.asarray(am, bool), 0.0, -1e30)  # exp(-1e30 - max) = 0, no tail left out
+
+    def every_key(q, k, v):
+      return attention.cpu_attention.attention(heads_of(q), heads_of(k), heads_of(v), flat)
+    fw = jax.jit(every_key)
+    bw = jax.jit(jax.grad(lambda q, k, v: jnp.sum(every_key(q, k, v)), argnums=(0, 1, 2)))
+    out["jax cpu_kernel, every key"] = (lambda: jax.block_until_ready(fw(jq, jk, jv)),
+                                        lambda: jax.block_until_ready(bw(jq, jk, jv)))
   tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
   bias = (1.0 - torch.tensor(am)[:, None, None, :].float()) * torch.finfo(torch.float32).min
 
@@ -198,6 +211,8 @@ def main():
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--seq", type=int, default=256)
   ap.add_argument("--repeats", type=int, default=5)
+  ap.add_argument("--real", type=float, default=0.8,
+                  help="attention piece: the fraction of each row's keys that is not padding")
   ap.add_argument("--pieces", default="step,attention",
                   help="comma-separated: step (forward, fwd+bwd, update, step), attention")
   ap.add_argument("--clock", default="wall", choices=sorted(CLOCK))
@@ -218,21 +233,21 @@ def main():
         f"({torch.get_num_threads()} threads); {args.shape} POI-Net head={args.head}, "
         f"{args.batch} x {args.seq}, float32; min of {args.repeats} runs, {args.clock} clock, "
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {os.getloadavg()[0]:.1f}")
-  header = f"{'piece':<34} {'jax ms':>9} {'torch ms':>9} {'torch/jax':>10}"  # > 1: JAX faster
+  header = f"{'piece':<46} {'jax ms':>9} {'torch ms':>9} {'torch/jax':>10}"  # > 1: JAX faster
   print(header)
   print("-" * len(header))
   if "step" in wanted:
     jp, tp = jax_pieces(args, batch), torch_pieces(args, batch)
     for name in ("forward", "fwd+bwd", "update", "step"):
       tj, tt = best_of(jp[name], args.repeats), best_of(tp[name], args.repeats)
-      print(f"{name:<34} {1e3 * tj:>9.1f} {1e3 * tt:>9.1f} {tt / tj:>10.2f}")
+      print(f"{name:<46} {1e3 * tj:>9.1f} {1e3 * tt:>9.1f} {tt / tj:>10.2f}")
   if "attention" in wanted:
     ap_ = attention_pieces(args)
     ref = [best_of(f, args.repeats) for f in ap_["torch sdpa"]]
     for name, fns in ap_.items():
       for (pass_name, fn), tt in zip((("fwd", fns[0]), ("fwd+bwd", fns[1])), ref):
         tj = best_of(fn, args.repeats)
-        print(f"{'attention ' + pass_name + ', ' + name:<34} {1e3 * tj:>9.1f} {1e3 * tt:>9.1f} "
+        print(f"{'attention ' + pass_name + ', ' + name:<46} {1e3 * tj:>9.1f} {1e3 * tt:>9.1f} "
               f"{tt / tj:>10.2f}")
 
 

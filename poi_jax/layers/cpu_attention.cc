@@ -16,6 +16,9 @@
 //          mask is drawn here, per element, from a counter-based hash of (seed, pair, query, key)
 //          (`Dropout`), in the forward and again in the backward, so it is never stored;
 //          dP = M * (dO v^T), dv = (P * M)^T dO, and rowsum(dO * out) = rowsum(P * dP) still.
+// Padding: the keys after a row's last key whose bias is above the lowest float (the mask's
+//          value) are left out (`keys_in_use`): their exp(score + bias - max) is 0 exactly, in
+//          the forward and the backward, so a padded window costs its real length.
 // float32 only; bias is additive over keys, (B, Lk). Work is split over (batch, head) pairs on
 // XLA's intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same
 // rows.
@@ -333,6 +336,23 @@ Dims dims_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k) {
   return d;
 }
 
+constexpr float kLowest = -3.4028234663852886e38f;  // the mask's bias (jnp.finfo(float32).min)
+
+// `d` with Lk cut to the keys one batch row attends to: up to its last key whose bias is above
+// kLowest. Past it every score + bias is kLowest (a score is far below the lowest float's
+// rounding step), so exp(x - max) is 0 there: no probability, no dv or dk row, no dq term, and
+// the row's max and sum are the same without them. A row whose every key has kLowest keeps
+// them all (the softmax over all keys, uniform, as the reference's).
+Dims keys_in_use(const Dims& d, const float* bias_b) {
+  int64_t n = d.Lk;
+  while (n > 0 && bias_b[n - 1] <= kLowest) --n;
+  if (n == 0 || n == d.Lk) return d;
+  Dims e = d;
+  e.Lk = n;
+  e.Lkp = static_cast<int>((n + PAD - 1) / PAD * PAD);
+  return e;
+}
+
 // Rows [i0, i0 + rows) of head h of batch b of a (B, L, N, D) array -> rows x Dp, zero padded,
 // times s.
 void gather(const float* x, const Dims& d, int64_t L, int64_t b, int64_t h, int64_t i0,
@@ -428,44 +448,45 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
   float* s = ob + BQ * Dp;
   float* kp = s + BQ * Lkp;
   float* mrow = kp + Lkp * Dp;  // the dropout's factors for one query's keys
-  gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
-  transpose_rows(kp, d, kt);
-  gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, vp);
   const float* bias_b = bias_ + b * d.Lk;
+  const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
+  gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
+  transpose_rows(kp, e, kt);
+  gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, vp);
   for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
     const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
     float inv[BQ];  // 1 / sum(e) per query: the softmax's normalisation, applied after e @ v
     gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
-    mat_abt(qb, R, kt, d.Dp, d.Lkp, s);
+    mat_abt(qb, R, kt, e.Dp, e.Lkp, s);
     for (int r = 0; r < R; ++r) {
-      float* sr = s + (int64_t)r * Lkp;
+      float* sr = s + (int64_t)r * e.Lkp;
       int64_t j = 0;
-      vf m = splat(-3.4028234663852886e38f);
-      for (; j + W <= d.Lk; j += W) {
+      vf m = splat(kLowest);
+      for (; j + W <= e.Lk; j += W) {
         vf x = ld(sr + j) + ld(bias_b + j);
         st(sr + j, x);
         m = x > m ? x : m;
       }
       float mx = hmax(m);
-      for (; j < d.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
+      for (; j < e.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
       vf acc = {};
-      for (j = 0; j + W <= d.Lk; j += W) {
-        vf e = vexp(ld(sr + j) - mx);
-        st(sr + j, e);
-        acc += e;
+      for (j = 0; j + W <= e.Lk; j += W) {
+        vf ex = vexp(ld(sr + j) - mx);
+        st(sr + j, ex);
+        acc += ex;
       }
       float l = hsum(acc);
-      for (; j < d.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
+      for (; j < e.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
       inv[r] = 1.0f / l;
       if (dr.on) {  // after the sum: the softmax normalises over every key, dropped or not
-        dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), d.Lk, mrow);
-        for (j = 0; j + W <= d.Lk; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
-        for (; j < d.Lk; ++j) sr[j] *= mrow[j];
+        dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), e.Lk, mrow);
+        for (j = 0; j + W <= e.Lk; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
+        for (; j < e.Lk; ++j) sr[j] *= mrow[j];
       }
       MAX[bh * d.Lq + i0 + r] = mx;
       INV[bh * d.Lq + i0 + r] = inv[r];
     }
-    mat_pv(s, R, vp, static_cast<int>(d.Lk), d.Lkp, d.Dp, ob);  // unnormalised: e @ v
+    mat_pv(s, R, vp, static_cast<int>(e.Lk), e.Lkp, e.Dp, ob);  // unnormalised: e @ v
     for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
   }
 }
@@ -507,57 +528,58 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   float* p = dqb + BQ * Dp;
   float* ds = p + BQ * Lkp;
   float* mrow = ds + BQ * Lkp;  // the dropout's factors for one query's keys
-  gather(K, d, d.Lk, b, h, 0, d.Lk, 1.f, kp);
-  transpose_rows(kp, d, kt);
-  gather(V, d, d.Lk, b, h, 0, d.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
-  transpose_rows(dva, d, vt);
-  std::fill(dka, dka + Lkp * Dp * 2, 0.f);  // dka and dva
   const float* bias_b = bias_ + b * d.Lk;
+  const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
+  gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
+  transpose_rows(kp, e, kt);
+  gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
+  transpose_rows(dva, e, vt);
+  std::fill(dka, dka + Lkp * Dp * 2, 0.f);  // dka and dva: the left-out keys' rows stay 0
   for (int64_t i0 = 0; i0 < d.Lq; i0 += BQ) {
     const int R = static_cast<int>(std::min<int64_t>(BQ, d.Lq - i0));
     gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
     gather(DO, d, d.Lq, b, h, i0, R, 1.f, dob);
     gather(O, d, d.Lq, b, h, i0, R, 1.f, ob);
-    mat_abt(qb, R, kt, d.Dp, d.Lkp, p);   // scores
-    mat_abt(dob, R, vt, d.Dp, d.Lkp, ds);  // dP = dO v^T
+    mat_abt(qb, R, kt, e.Dp, e.Lkp, p);   // scores
+    mat_abt(dob, R, vt, e.Dp, e.Lkp, ds);  // dP = dO v^T
     for (int r = 0; r < R; ++r) {
-      float* pr = p + (int64_t)r * Lkp;
-      float* dsr = ds + (int64_t)r * Lkp;
+      float* pr = p + (int64_t)r * e.Lkp;
+      float* dsr = ds + (int64_t)r * e.Lkp;
       const float mx = MAX[bh * d.Lq + i0 + r];
       const vf inv = splat(INV[bh * d.Lq + i0 + r]);
       float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
       for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
       int64_t j = 0;
       if (!dr.on) {
-        for (; j + W <= d.Lk; j += W) {
+        for (; j + W <= e.Lk; j += W) {
           vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
           st(pr + j, pj);
           st(dsr + j, pj * (ld(dsr + j) - row));
         }
-        for (; j < d.Lk; ++j) {
+        for (; j < e.Lk; ++j) {
           pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
           dsr[j] = pr[j] * (dsr[j] - row);
         }
         continue;
       }
       // With dropout: dP = M * (dO v^T), dS = P * (dP - row), and dv takes P * M.
-      dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), d.Lk, mrow);
-      for (; j + W <= d.Lk; j += W) {
+      dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), e.Lk, mrow);
+      for (; j + W <= e.Lk; j += W) {
         vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
         vf mj = ld(mrow + j);
         st(pr + j, pj * mj);
         st(dsr + j, pj * (ld(dsr + j) * mj - row));
       }
-      for (; j < d.Lk; ++j) {
+      for (; j < e.Lk; ++j) {
         float pj = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
         pr[j] = pj * mrow[j];
         dsr[j] = pj * (dsr[j] * mrow[j] - row);
       }
     }
-    const int Lk = static_cast<int>(d.Lk);
-    mat_ptx_acc(p, R, dob, Lk, d.Lkp, d.Dp, dva);  // dv += P^T dO (P * M with dropout)
-    mat_pv(ds, R, kp, Lk, d.Lkp, d.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
-    mat_ptx_acc(ds, R, qb, Lk, d.Lkp, d.Dp, dka);  // dk += dS^T (q / sqrt(D))
+    const int Lk = static_cast<int>(e.Lk);
+    mat_ptx_acc(p, R, dob, Lk, e.Lkp, e.Dp, dva);  // dv += P^T dO (P * M with dropout)
+    mat_pv(ds, R, kp, Lk, e.Lkp, e.Dp, dqb);      // dq = dS k (times 1/sqrt(D) below)
+    mat_ptx_acc(ds, R, qb, Lk, e.Lkp, e.Dp, dka);  // dk += dS^T (q / sqrt(D))
     scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
   }
   scatter(dka, d, d.Lk, b, h, 0, d.Lk, 1.f, DK);

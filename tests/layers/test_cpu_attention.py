@@ -62,6 +62,34 @@ def test_kernel_equals_autodiff_of_the_explicit_path(b, lq, lk, heads, dh, lengt
 
 
 @needs_compiler
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_masked_keys_inside_a_row_stay_and_only_its_padded_tail_is_left_out(rate):
+  """The kernel leaves out the keys after a row's last unmasked one (their probability is 0
+  exactly); masked keys before it stay in the computation. Rows with holes and a padded tail,
+  a row with holes and no tail, a row of one key: forward and gradients as the explicit path's
+  (with dropout, under the kernel's own mask)."""
+  b, lq, lk, heads, dh = 3, 40, 45, 2, 32
+  q, k, v, _, cot = _inputs(b, lq, lk, heads, dh, [lk] * b, seed=3)
+  keys = np.zeros((b, lk), bool)
+  keys[0, [0, 1, 5, 17, 18, 30]] = True           # holes, then 14 padded keys
+  keys[1, ::4] = True
+  keys[1, lk - 1] = True                          # holes to the last key: no tail
+  keys[2, 20] = True                              # one key, in the middle
+  mask = jnp.asarray(keys)[:, None, None, :]
+  bias = jnp.where(jnp.asarray(keys), 0.0, jnp.finfo(jnp.float32).min)
+  seed = cpu_attention.dropout_seed(jax.random.key(5))
+  factors = (jnp.asarray(_kernel_keep_factors(np.asarray(seed), rate, b, heads, lq, lk))
+             if rate else jnp.ones((b, heads, lq, lk)))
+  kernel = lambda q, k, v: cpu_attention.attention(q, k, v, bias, dropout_rate=rate, seed=seed)
+  got, got_vjp = jax.vjp(jax.jit(kernel), q, k, v)
+  want, want_vjp = jax.vjp(lambda *a: _explicit_with_factors(*a, mask, factors), q, k, v)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+  for name, g, w in zip("qkv", got_vjp(jnp.asarray(cot)), want_vjp(jnp.asarray(cot))):
+    assert float(jnp.abs(w).max()) > 0.05, name
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-6, rtol=0, err_msg=name)
+
+
+@needs_compiler
 @pytest.mark.parametrize("b,lq,lk,heads,dh,lengths", SHAPES[:2])
 def test_kernel_equals_pytorch_sdpa(b, lq, lk, heads, dh, lengths):
   """PyTorch's own CPU attention as the reference, value and q/k/v gradients (examples with at
