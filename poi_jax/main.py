@@ -243,9 +243,8 @@ def _stop_the_other_processes(line: str, exit_code: int) -> None:
   from poi_jax.faults import watchdog
   if watchdog.active() is None:
     return
+  os.close(watchdog.silence_output())  # the error above stays the log's last line
   watchdog.active().announce(line)
-  sys.stdout.flush()
-  sys.stderr.flush()
   os._exit(exit_code)
 
 

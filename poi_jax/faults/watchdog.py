@@ -51,28 +51,40 @@ _RESUME = "Checkpoints saved so far are kept: run the same command again to resu
 FINISHED = "finished"  # the phase of a process that is leaving normally (`Watchdog.finish`)
 
 
-def write_line(verdict: str, *, last: bool = False) -> None:
-  """Writes ``error: <verdict>. <how to resume>`` to stderr as the process's last line: with one
-  ``write`` to the file descriptor (it may run in a C++ thread while the main thread holds
-  Python's stderr buffer).
-
-  ``last``: the process ends next (``os._exit``). The main thread runs on until then (a progress
-  bar, a "scoring 40 of 4449 questions" line; process 0 first gives the others two beats to read
-  its verdict), so stdout and stderr are pointed at /dev/null before the line goes out through a
-  copy of stderr's descriptor: nothing printed after it reaches the log, whose last line names
-  the cause (`launch/chaos.py` checks that)."""
+def _flush() -> None:
   try:
     sys.stdout.flush()
     sys.stderr.flush()
-  except Exception:  # (a closed or busy stream: the line still goes out below)
+  except Exception:  # (a closed or busy stream: the line still goes out)
     pass
-  out = 2
+
+
+def silence_output() -> int:
+  """Flushes stdout and stderr, then points both at /dev/null; returns a copy of stderr's
+  descriptor. For a process about to end (``os._exit``) whose last line is being written: the
+  main thread and others run on until the exit (a progress bar, a "scoring 40 of 4449 questions"
+  line; process 0 first gives the others two beats to read its verdict), and nothing they print
+  may land after that line in the log, whose last line names the cause (`launch/chaos.py`
+  checks it)."""
+  _flush()
+  kept = os.dup(2)
+  null = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(null, 1)
+  os.dup2(null, 2)
+  os.close(null)
+  return kept
+
+
+def write_line(verdict: str, *, last: bool = False) -> None:
+  """Writes ``error: <verdict>. <how to resume>`` to stderr as the process's last line: with one
+  ``write`` to the file descriptor (it may run in a C++ thread while the main thread holds
+  Python's stderr buffer). ``last``: the process ends next, and nothing after the line reaches
+  the log (`silence_output`)."""
   if last:
-    out = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    os.close(null)
+    out = silence_output()
+  else:
+    _flush()
+    out = 2
   os.write(out, f"\nerror: {verdict}. {_RESUME}\n".encode(errors="replace"))
 
 
