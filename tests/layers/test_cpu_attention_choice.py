@@ -86,6 +86,23 @@ def test_the_key_names_the_cpu_cores_jaxlib_kernel_dtype_dropout_and_shape(monke
   assert choice.key_of(LARGE, jnp.float32, True) != key
 
 
+def test_a_timing_under_other_xla_flags_is_not_reused(monkeypatch):
+  """XLA's candidates are what $XLA_FLAGS compile: a choice timed under
+  --xla_backend_optimization_level=0 (or YNNPACK off) must not decide a run without it."""
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  plain = choice.key_of(LARGE, jnp.float32, False)
+  assert "xla flags" not in plain  # no flags: the key every earlier timing was stored under
+  monkeypatch.setenv("XLA_FLAGS", "  ")
+  assert choice.key_of(LARGE, jnp.float32, False) == plain
+  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+  level0 = choice.key_of(LARGE, jnp.float32, False)
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=")
+  ynn_off = choice.key_of(LARGE, jnp.float32, False)
+  assert len({plain, level0, ynn_off}) == 3
+  monkeypatch.setenv("XLA_FLAGS", " --xla_backend_optimization_level=0 ")  # spacing is not a flag
+  assert choice.key_of(LARGE, jnp.float32, False) == level0
+
+
 @pytest.fixture
 def one_cpu(monkeypatch):
   monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
