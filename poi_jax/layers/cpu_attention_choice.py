@@ -14,9 +14,9 @@ cuDNN's and XLA's GPU autotuners do for their own kernels:
 * **Cache**: one JSON file in the kernel cache (`cpu_attention.cache_dir`,
   ``$POI_JAX_KERNEL_CACHE``), keyed by the CPU (model name and feature flags), the usable cores,
   jaxlib's version, the native kernel's build (`cpu_attention.build_id`: a changed kernel is
-  timed again), ``$XLA_FLAGS`` when set, the dtype, dropout and the shape; written atomically (a temporary file
-  renamed), so a concurrent writer costs at most a second timing. Another machine sharing the
-  home directory gets keys of its own.
+  timed again), ``$XLA_FLAGS`` when set, the dtype, dropout and the shape; written atomically (a
+  temporary file renamed), so a concurrent writer costs at most a second timing. Another machine
+  sharing the home directory gets keys of its own.
 * **No timing** (the rule instead: the native kernel where it applies, else ``explicit_vjp``)
   for problems under `MIN_SCORES` attention scores (unit tests' toy models, where the kernels
   differ by microseconds), in a run of several devices or processes (each process must compile
@@ -108,7 +108,7 @@ def time_run(run: Callable[[], object], repeats: int = REPEATS) -> float:
   return best
 
 
-def xla_flags_part() -> str:
+def _xla_flags_part() -> str:
   """``|xla flags <hash>`` when ``$XLA_FLAGS`` is set, else nothing: XLA's candidates run what
   those flags compile (another backend optimisation level, YNNPACK's fusions off, ...), so a
   timing taken under other flags says nothing of these. Without flags the key is unchanged."""
@@ -119,7 +119,7 @@ def xla_flags_part() -> str:
 def key_of(shape: tuple[int, ...], dtype, dropout: bool) -> str:
   # The native kernel's build (source, flags, compiler) is in the key: a timing of one build says
   # nothing of the next (the AVX2 fix of 2026-11-27 made it 11x faster on such a CPU).
-  return (f"{cpu_identity()}|kernel {cpu_attention.build_id()}{xla_flags_part()}|"
+  return (f"{cpu_identity()}|kernel {cpu_attention.build_id()}{_xla_flags_part()}|"
           f"{jax.numpy.dtype(dtype).name}|dropout {int(dropout)}|"
           f"shape {'x'.join(map(str, shape))}")
 
