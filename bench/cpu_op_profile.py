@@ -1,11 +1,19 @@
 r"""Where a compiled CPU step spends its time, op by op: the MiniLM-shaped POI-Net's forward+backward
-(or the whole training step, or the encoder alone) traced with `jax.profiler`, each XLA
-instruction's time summed over ``--calls`` calls and grouped by what it computes.
+(or the whole training step, the encoder alone, or the engine's predict forward) traced with
+`jax.profiler`, each XLA instruction's time summed over ``--calls`` calls and grouped by what it
+computes.
 
   python bench/cpu_op_profile.py                       # POI-Net forward+backward, 8 x 256
   python bench/cpu_op_profile.py --piece=step --top=30
   python bench/cpu_op_profile.py --piece=encoder --attention=explicit
   python bench/cpu_op_profile.py --piece=step --batch=16 --seq=192 --dropout=0.1  # the quickstart
+  python bench/cpu_op_profile.py --piece=predict --batch=32 --seq=256   # evaluation, the Reader
+
+``--piece=predict`` is `bench/forward_fusion.py`'s JAX forward (padded windows, the forward's
+compiler options: no YNNPACK fusions), so its matmuls are asynchronous Eigen calls whose events
+are only their dispatch; the last line gives the wall less every instruction but the dots, i.e.
+the matmuls' time, and the rate at which the encoder's dense FLOPs ran in it (with
+``--head=poi`` the co-attention's products are in that time, not in those FLOPs).
 
 Rows: the instruction's kind (its opcode; a fusion by the opcodes inside it, e.g.
 ``fusion[dot]`` for a matmul YNNPACK runs, ``fusion[transpose,copy]`` for a layout copy) and its
@@ -34,6 +42,8 @@ _SKIP = {"parameter", "constant", "bitcast", "broadcast", "get-tuple-element", "
 def _compiled_piece(args):
   """``(run, compiled)``: a no-argument callable running one call, and its compiled program."""
   import jax
+  if args.piece == "predict":
+    return _predict_piece(args)
   if args.piece == "encoder":
     from bench import cpu_ab
     ns = argparse.Namespace(workload="encoder", shape=args.shape, batch=args.batch, seq=args.seq,
@@ -56,6 +66,36 @@ def _compiled_piece(args):
   return (lambda: jax.block_until_ready(run())), compiled
 
 
+def _predict_piece(args):
+  """The engine's predict forward (evaluation, the Reader): SQuAD 1.1's model at ``--shape``
+  (``--head``, no POS), deterministic, compiled with the forward's CPU options
+  (`poi_jax.runtime.forward_compiler_options`) on ``--batch`` padded windows of ``--seq`` tokens
+  (`bench.forward_fusion.padded_windows`). Random weights: the time is the same."""
+  import jax
+  import numpy as np
+  from flax import nnx
+
+  from bench import forward_fusion
+  from configs import squad1
+  from poi_jax import runtime, tasks
+  config = squad1.get_config(args.shape)
+  with config.unlocked():
+    config.model.head, config.model.pos_embedding = args.head, False
+    config.model.attention = args.attention
+  model = tasks.get_task("squad1").build_model(config, nnx.Rngs(0))
+  ec = model.encoder.config  # the checkpoint's shape (``init_from``), not the config's default
+  args.dense_flops = 2 * args.batch * args.seq * ec.num_hidden_layers * (
+      4 * ec.hidden_size ** 2 + 2 * ec.hidden_size * ec.intermediate_size)
+  graphdef, state = nnx.split(model)
+  batch = forward_fusion.padded_windows(args.batch, args.seq, np.random.default_rng(0))
+
+  def forward(s, b):
+    return nnx.merge(graphdef, s)(b, deterministic=True)
+  compiled = jax.jit(forward, compiler_options=runtime.forward_compiler_options()).lower(
+      state, batch).compile()
+  return (lambda: jax.block_until_ready(compiled(state, batch))), compiled
+
+
 def _kinds(hlo: str) -> dict[str, str]:
   """``{instruction name: "opcode[inner opcodes] -> shape"}`` from the compiled HLO text."""
   bodies, current = {}, None
@@ -69,7 +109,8 @@ def _kinds(hlo: str) -> dict[str, str]:
   kinds = {}
   for lines in bodies.values():
     for line in lines:
-      m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) (\w[\w-]*)\(", line)
+      # A tuple-shaped result (a custom call's) has spaces inside its parentheses.
+      m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\([^)]*\)|\S+) (\w[\w-]*)\(", line)
       if not m:
         continue
       name, shape, op = m.groups()
@@ -82,13 +123,19 @@ def _kinds(hlo: str) -> dict[str, str]:
           if o and o.group(1) not in _SKIP:
             inner[o.group(1)] += 1
         op = f"{op}[{','.join(sorted(inner))}]"
+      target = re.search(r'custom_call_target="([^"]+)"', line)
+      if target:
+        op = f"{op}[{target.group(1)}]"
       kinds[name] = f"{op} -> {shape}"
   return kinds
 
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--piece", default="fwd+bwd", choices=["forward", "fwd+bwd", "step", "encoder"])
+  ap.add_argument("--piece", default="fwd+bwd",
+                  choices=["forward", "fwd+bwd", "step", "encoder", "predict"])
+  ap.add_argument("--head", default="none", choices=["none", "poi"],
+                  help="--piece=predict: the span head alone (none) or POI-Net's (poi)")
   ap.add_argument("--shape", default="minilm")
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--seq", type=int, default=256)
@@ -130,6 +177,15 @@ def main():
   print(f"{'ms/call':>8} {'n/call':>7}  kind -> output shape")
   for kind, ns in by_kind.most_common(args.top):
     print(f"{per_call(ns):>8.2f} {count[kind] / args.calls:>7.0f}  {kind}")
+  if args.piece == "predict":
+    # Without YNNPACK's fusions a matmul is an asynchronous Eigen call: its event is the dispatch
+    # (a fraction of a millisecond), its work runs on Eigen's pool while the next instruction
+    # waits for it, so the wall's remainder is the matmuls' time.
+    synchronous = sum(ns for kind, ns in by_kind.items() if not kind.startswith("dot "))
+    rest, flops = per_call(wall_ns - synchronous), args.dense_flops
+    print(f"wall less the other instructions: {rest:.1f} ms a call (the asynchronous matmuls); "
+          f"the encoder's dense matmuls, {flops / 1e9:.1f} GFLOP, at {flops / rest / 1e6:.1f} "
+          f"GFLOP/s in it")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,19 @@ def gemm_calls(tokens: int, hidden: int, intermediate: int) -> dict:
   return calls
 
 
+def padded_windows(b: int, length: int, rng) -> dict:
+  """A SQuAD batch of ``b`` windows padded to ``length`` tokens, each with a real length drawn
+  uniformly from ``[length / 2, length]`` (three quarters real tokens on average), as an
+  evaluation or the Reader feeds the forward. Random token ids; the context from token 16 to the last but one."""
+  import numpy as np
+  real = rng.integers(length // 2, length + 1, b)
+  mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
+  return {"input_ids": rng.integers(1000, 30000, (b, length)).astype(np.int32) * mask,
+          "attention_mask": mask, "token_type_ids": np.zeros((b, length), np.int32),
+          "con_start": np.full(b, 16, np.int32), "con_end": (real - 2).astype(np.int32),
+          "example_mask": np.ones(b, np.float32)}
+
+
 def main(argv):
   del argv
   import jax
@@ -137,12 +150,8 @@ def main(argv):
   rows = []
   gemm_best = [0.0, ""]  # the fastest matmul rate seen in this run (FLOP/s), and where
   for length in [int(x) for x in _LENGTHS.value]:
-    real = rng.integers(length // 2, length + 1, b)  # windows of several lengths, padded
-    mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
-    batch = {"input_ids": rng.integers(1000, 30000, (b, length)).astype(np.int32) * mask,
-             "attention_mask": mask, "token_type_ids": np.zeros((b, length), np.int32),
-             "con_start": np.full(b, 16, np.int32), "con_end": (real - 2).astype(np.int32),
-             "example_mask": np.ones(b, np.float32)}
+    batch = padded_windows(b, length, rng)
+    mask = batch["attention_mask"]
     calls = {name: (lambda f=f: jax.block_until_ready(f(state, batch)))
              for name, f in jax_ways.items()}
     if torch_model is not None:
