@@ -38,6 +38,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from poi_jax.layers.reductions import max_at_argmax, min_at_argmin
+
 STRATEGIES = ("forgetting", "average", "weighted", "intuition")
 _EPS = 1e-8  # torch.cosine_similarity's norm floor
 
@@ -66,8 +68,8 @@ def cosine(x: jax.Array, y: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------------------------------
 def _normalise_released(x, m, guard: bool):
   """SPEC steps 4 (guard=True) and 7 (guard=False): min-max over the row, zeros counted as 1."""
-  mx = jnp.max(x, axis=-1, keepdims=True)
-  mn = jnp.min(jnp.where(x == 0, 1.0, x), axis=-1, keepdims=True)
+  mx = max_at_argmax(x, -1)[..., None]
+  mn = min_at_argmin(jnp.where(x == 0, 1.0, x), -1)[..., None]
   d = mx - mn
   if guard:
     d = jnp.where(d == 0, 1.0, d)
@@ -75,7 +77,7 @@ def _normalise_released(x, m, guard: bool):
 
 
 def _row_normalise(f, guard: bool):
-  mx = jnp.max(f, axis=-1, keepdims=True)
+  mx = max_at_argmax(f, -1)[..., None]
   if guard:
     mx = jnp.where(mx == 0, 1.0, mx)
   return f / mx
@@ -111,13 +113,13 @@ def released_coattention(h: jax.Array, con_start: jax.Array, con_end: jax.Array,
   h32 = h.astype(jnp.float32)
   m_a, m_b = domain_masks(con_start, con_end, h.shape[1])
   h_a, h_b = h32 * m_a[..., None], h32 * m_b[..., None]
-  e_a, e_b = jnp.max(h_a, axis=1), jnp.max(h_b, axis=1)  # zero rows take part (step 1)
+  e_a, e_b = max_at_argmax(h_a, 1), max_at_argmax(h_b, 1)  # zero rows take part (step 1)
   a = (cosine(h32, e_b) + 1.0) / 2.0 * m_a
   b = (cosine(h32, e_a) + 1.0) / 2.0 * m_b
-  max_a, max_b = jnp.max(a, axis=-1), jnp.max(b, axis=-1)
+  max_a, max_b = max_at_argmax(a, -1), max_at_argmax(b, -1)
   a_hat, b_hat = _normalise_released(a, m_a, True), _normalise_released(b, m_b, True)
   h1_a, h1_b = h_a * a_hat[..., None], h_b * b_hat[..., None]
-  e1_a, e1_b = jnp.max(h1_a, axis=1), jnp.max(h1_b, axis=1)
+  e1_a, e1_b = max_at_argmax(h1_a, 1), max_at_argmax(h1_b, 1)
   alpha = cosine(h1_a, e1_b) * m_a
   beta = cosine(h1_b, e1_a) * m_b
   a_tilde = _normalise_released(alpha, m_a, nan_guard)
@@ -133,7 +135,7 @@ def released_coattention(h: jax.Array, con_start: jax.Array, con_end: jax.Array,
 # Paper variant (§2.2-§2.3), lax.scan over turns
 # ------------------------------------------------------------------------------------------------
 def _masked_max(x, m, axis):
-  return jnp.max(jnp.where(m > 0, x, -jnp.inf), axis=axis)
+  return max_at_argmax(jnp.where(m > 0, x, -jnp.inf), axis)
 
 
 def _minmax_domain(s, m):

@@ -38,6 +38,7 @@ from flax import nnx
 
 from poi_jax.layers import common
 from poi_jax.layers import poi_coattention as coatt
+from poi_jax.layers.reductions import max_at_argmax
 from poi_jax.layers.sharding import BLD, constrain
 from poi_jax.models import checks, encoders, heads
 
@@ -221,7 +222,7 @@ class PoiNetForMultipleChoice(_PoiNetBase):
     ids, mask, types, tags = (flat(x) for x in _fields(batch))
     r, dom = self.encode(ids, mask, types, tags, flat(batch["con_start"]),
                          flat(batch["con_end"]), deterministic=deterministic)
-    pooled = jnp.max(jnp.where(dom[..., None] > 0, r.astype(jnp.float32), -jnp.inf), axis=1)
+    pooled = max_at_argmax(jnp.where(dom[..., None] > 0, r.astype(jnp.float32), -jnp.inf), 1)
     return {"logits": self.classifier(pooled)[:, 0].reshape(b, c)}
 
   def loss(self, batch, outputs) -> jax.Array:

@@ -38,6 +38,7 @@ from flax import nnx
 
 from poi_jax.data.features.vocab import NUM_CHARS, PAD_ID
 from poi_jax.layers import common, dassa
+from poi_jax.layers.reductions import max_at_argmax
 
 MASK_FILL = -1e32
 
@@ -238,7 +239,7 @@ class QanetDassa(nnx.Module):
     c = self.char_embedding(chars) * cmask  # (B, T, W, C)
     b, t, wl, cd = c.shape
     c = jax.nn.relu(self.char_conv(c.reshape(b * t, wl, cd)))
-    c = jnp.max(c, axis=1).reshape(b, t, -1)
+    c = max_at_argmax(c, 1).reshape(b, t, -1)
     x = jnp.concatenate([w, c], axis=-1)
     x = common.dropout(x, self.dropout, key, deterministic)
     return self._encoding_proj_layer(self._highway_layer(x))
