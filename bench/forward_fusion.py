@@ -89,7 +89,8 @@ def gemm_calls(tokens: int, hidden: int, intermediate: int) -> dict:
 def padded_windows(b: int, length: int, rng) -> dict:
   """A SQuAD batch of ``b`` windows padded to ``length`` tokens, each with a real length drawn
   uniformly from ``[length / 2, length]`` (three quarters real tokens on average), as an
-  evaluation or the Reader feeds the forward. Random token ids; the context from token 16 to the last but one."""
+  evaluation or the Reader feeds the forward. Random token ids; the context from token 16 to the
+  last but one."""
   import numpy as np
   real = rng.integers(length // 2, length + 1, b)
   mask = (np.arange(length)[None] < real[:, None]).astype(np.int32)
