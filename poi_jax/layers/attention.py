@@ -35,6 +35,9 @@ einsum-softmax-einsum.
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
+Which kernel each traced problem ran, and what chose it, is kept for the process
+(`kernels_used`); the engine writes it into a training run's ``environment.json``.
+
 Padding is a boolean key mask ``(B, 1, 1, L)``: masked logits become a large negative number,
 so padded keys get exactly zero probability and fully-real rows match transformers' eager
 attention (which adds ``finfo(float32).min``) to float32 rounding.
@@ -42,6 +45,7 @@ attention (which adds ``finfo(float32).min``) to float32 rounding.
 from __future__ import annotations
 
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -265,15 +269,55 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   dropout_active = dropout_rate > 0.0 and not deterministic
   if dropout_active and key is None:  # (every kernel that drops draws from it)
     raise ValueError("dropout needs a key when deterministic=False")
-  kind = choose(implementation, v.dtype, dropout_active, shape=(b, lq, lk, num_heads, dh))
+  shape = (b, lq, lk, num_heads, dh)
+  kind = _runnable(choose(implementation, v.dtype, dropout_active, shape=shape), mask)
+  _note(implementation, kind, shape, v.dtype, dropout_active)
   out = _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_active)
   return out.astype(v.dtype).reshape(b, lq, num_heads * dh)
 
 
+# The kernel each traced attention of this process ran (`kernels_used`). Which one ran is part of
+# a run's record: ``auto`` chooses per machine, and the kernels draw other attention-dropout bits
+# and sum in other orders, so the same seed trains a different model under each.
+_USED: dict[str, dict] = {}
+_USED_LOCK = threading.Lock()
+
+
+def _note(implementation: str, kind: str, shape, dtype, dropout_active: bool) -> None:
+  b, lq, lk, n, dh = shape
+  where = (f"{b}x{lq}x{lk}x{n}x{dh} {jnp.dtype(dtype).name}"
+           + (" dropout" if dropout_active else ""))
+  platform, devices = target.platform_and_devices()
+  if implementation != "auto":
+    how = "model.attention"
+  elif platform == "cpu" and _probe_applies(shape, devices):
+    how = "timed on this CPU"
+  else:
+    how = "rule"
+  with _USED_LOCK:
+    _USED[where] = {"kernel": kind, "model.attention": implementation, "chosen_by": how}
+
+
+def kernels_used() -> dict[str, dict]:
+  """The attention kernels this process has traced, by problem: ``"BxLqxLkxNxDh dtype[ dropout]"``
+  -> ``{"kernel", "model.attention", "chosen_by"}``. ``chosen_by``: ``timed on this CPU``
+  (``auto``'s timing, `cpu_attention_choice`), a ``rule``, or ``model.attention`` (set). The
+  engine writes it into a training run's ``environment.json``."""
+  with _USED_LOCK:
+    return {k: dict(v) for k, v in sorted(_USED.items())}
+
+
+def _runnable(kind: str, mask) -> str:
+  """``kind``, or ``explicit_vjp`` where the native kernel cannot take ``mask``: it takes a key
+  mask only, not a per-query one."""
+  if kind == "cpu_kernel" and mask is not None and mask.shape[1:3] != (1, 1):
+    return "explicit_vjp"
+  return kind
+
+
 def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_active):
   """Kernel ``kind`` on ``(B, L, N, Dh)`` heads -> ``(B, Lq, N, Dh)``."""
-  if kind == "cpu_kernel" and mask is not None and mask.shape[1:3] != (1, 1):
-    kind = "explicit_vjp"  # the kernel takes a key mask only, not a per-query one
+  kind = _runnable(kind, mask)
   if kind == "cpu_kernel":
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
     if not dropout_active:

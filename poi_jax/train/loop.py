@@ -45,7 +45,7 @@ from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.train import eval_stream
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import placement
-from poi_jax.train.run import MODES, Run, setup_run
+from poi_jax.train.run import MODES, Run, record_kernels, setup_run
 
 __all__ = ["MODES", "Preempted", "train_and_evaluate"]
 
@@ -244,6 +244,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         if step == first_step:  # compiled and ran: time from here
           jax.block_until_ready(out)
           throughput.restart(step)
+          record_kernels(run)
         saving = (step % config.train.save_every == 0 or step == micro_total
                   or (has_eval and step % eval_every == 0) or preempt)
         if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
@@ -274,6 +275,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       checkpointer.save(step, sharded.state, dict(meta(), eval_pending=True))
       bar.close()
       raise preempted() from None
+  record_kernels(run)  # (with the other length buckets' and the evaluation's)
   if run.is_chief:
     print(f"compiled step shapes: train {compiled_shapes(sharded)}, predict "
           f"{compiled_shapes(sharded, 'predict_step')} (length buckets "

@@ -19,6 +19,7 @@ from flax import nnx
 from poi_jax import tasks
 from poi_jax.data import pos
 from poi_jax.io import write_json_atomic
+from poi_jax.layers import attention
 from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.models import build
 from poi_jax.prepare import splits as splits_lib
@@ -74,6 +75,24 @@ class Run:
   @property
   def is_chief(self) -> bool:
     return jax.process_index() == 0
+
+
+def record_kernels(run: Run) -> None:
+  """Adds the attention kernels the run's steps traced so far (`attention.kernels_used`) to a
+  training run's ``environment.json`` (process 0; rewritten atomically only when they changed).
+  ``model.attention=auto`` chooses by timing on each machine, and the kernels draw other
+  attention-dropout bits, so which one ran belongs with the run's numbers."""
+  if not run.is_chief or run.mode not in ("train", "train_and_eval"):
+    return
+  path = os.path.join(run.workdir, "environment.json")
+  with open(path) as f:
+    env = json.load(f)
+  used = attention.kernels_used()
+  if env.get("attention") != used:
+    try:
+      write_json_atomic(path, dict(env, attention=used), sort_keys=True)
+    except OSError as e:  # a record, not the run: a full disk stops the next checkpoint's write
+      logging.warning("could not add the attention kernels to %s: %s", path, e)
 
 
 def batch_ndims(task, split: Split) -> dict[str, int]:

@@ -138,6 +138,33 @@ def test_auto_keeps_xla_ops_without_the_kernel_or_on_several_devices(monkeypatch
   assert attention.choose("auto", jnp.float32, False) == "explicit_vjp"
 
 
+def test_each_traced_attention_records_the_kernel_that_ran(monkeypatch):
+  """`kernels_used` (a training run's environment.json): per problem, the kernel that ran and
+  what chose it; a per-query mask, which the native kernel cannot take, is recorded as the kernel
+  that ran instead."""
+  monkeypatch.setattr(attention, "_USED", {})
+  rule = "cpu_kernel" if attention.cpu_attention.available() else "explicit_vjp"
+  q, k, v, mask = _qkv()  # 3 x 7, 4 heads of 8: below auto's timing threshold
+  attention.dot_product_attention(q, k, v, mask, num_heads=4, implementation="explicit")
+  attention.dot_product_attention(q[:2], k[:2], v[:2], mask[:2], num_heads=4, dropout_rate=0.1,
+                                  key=jax.random.key(0), deterministic=False)
+  per_query = jnp.broadcast_to(mask[:1], (1, 1, 7, 7))
+  attention.dot_product_attention(q[:1], k[:1], v[:1], per_query, num_heads=4)
+  # A problem auto times (the timing stubbed: it picks explicit_vjp over the native kernel).
+  monkeypatch.setattr(attention, "_probe_applies", lambda shape, devices: True)
+  monkeypatch.setattr(attention.cpu_attention_choice, "fastest", lambda key, cands: "explicit_vjp")
+  q, k, v, mask = _qkv(b=2, l=6, seed=1)
+  attention.dot_product_attention(q, k, v, mask, num_heads=4)
+  auto = {"model.attention": "auto"}
+  assert attention.kernels_used() == {
+      "3x7x7x4x8 float32": {"kernel": "explicit", "model.attention": "explicit",
+                            "chosen_by": "model.attention"},
+      "2x7x7x4x8 float32 dropout": {"kernel": rule, **auto, "chosen_by": "rule"},
+      "1x7x7x4x8 float32": {"kernel": "explicit_vjp", **auto, "chosen_by": "rule"},
+      "2x6x6x4x8 float32": {"kernel": "explicit_vjp", **auto, "chosen_by": "timed on this CPU"},
+  }
+
+
 def _abstract_mesh(platform: str, devices: int):
   from jax._src.mesh import AbstractDevice  # public AbstractMesh takes it; no public constructor
   return jax.sharding.AbstractMesh((devices,), ("data",), abstract_device=AbstractDevice(

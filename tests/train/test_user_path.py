@@ -57,6 +57,13 @@ def test_training_output_is_short_and_quiet(trained):
   env = json.loads((work / "environment.json").read_text())
   assert env["platform"] == "cpu" and env["versions"]["jax"] == jax.__version__
   assert f"device {env['device']}; jax {jax.__version__}," in r.stdout
+  # And which attention kernel each traced problem ran (`auto` chooses per machine): the
+  # training step's (attention dropout on) and the evaluation's (off).
+  kernels = env["attention"]
+  assert any(k.endswith(" dropout") for k in kernels), kernels
+  assert any(not k.endswith(" dropout") for k in kernels), kernels
+  assert all(v["kernel"] in ("cpu_kernel", "explicit_vjp") and v["model.attention"] == "auto"
+             for v in kernels.values()), kernels
 
 
 def test_capped_eval_says_so_and_writes_its_gold_file(trained):
