@@ -303,10 +303,15 @@ def summarise(runs: list[Run], metrics: list[str]) -> list[dict]:
 
 def _provenance(env: dict | None) -> dict:
   """``{"device", "software"}`` of a finished run, from its environment.json (nothing for a run
-  whose engine wrote none: an older engine, or a stand-in in tests)."""
+  whose engine wrote none: an older engine, or a stand-in in tests), and ``"attention"``, the
+  attention kernels its steps ran (``cpu_kernel``, ...), where the engine recorded them: on a
+  CPU ``model.attention=auto`` chooses per machine, and the kernels draw other dropout bits."""
   if not env:
     return {}
-  return {"device": environment.device(env), "software": environment.software(env)}
+  out = {"device": environment.device(env), "software": environment.software(env)}
+  if env.get("attention"):
+    out["attention"] = ", ".join(sorted({v["kernel"] for v in env["attention"].values()}))
+  return out
 
 
 def _fmt(x, digits=2) -> str:

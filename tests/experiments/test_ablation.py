@@ -136,6 +136,21 @@ def test_runs_carry_their_device_and_software_to_the_claims(tmp_path, monkeypatc
   m = json.loads(path.read_text())["measurements"]["m"]
   assert m["device"] == "NVIDIA H100 80GB HBM3 x 1" and m["software"].startswith("jax 0.11.2,")
   assert set(m["cells"]["model.head-none"]["seeds"]["0"]) == {"accuracy", "step", "wall_s"}
+  # The attention kernels a run recorded go with its seed, into the claims too.
+  cpu = dict(env, device="AMD EPYC, 2 cores", platform="cpu", attention={
+      "8x128x128x12x32 float32 dropout": {"kernel": "cpu_kernel"},
+      "8x128x128x12x32 float32": {"kernel": "cpu_kernel"},
+      "1x128x128x12x32 float32": {"kernel": "explicit_vjp"}})
+  monkeypatch.setenv("STUB_ENVIRONMENT", json.dumps(cpu))
+  assert ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=poi",
+                        "--seeds=1", f"--workdir={work}", "--metrics=accuracy",
+                        "--module=tests.experiments.stub_main"]) == 0
+  seed = json.loads((work / "ablation.json").read_text())["cells"][0]["seeds"][0]
+  assert seed["attention"] == "cpu_kernel, explicit_vjp" and seed["device"] == "AMD EPYC, 2 cores"
+  assert claims.main(["merge", f"--claims={path}", "--measurement=cpu", "--command=c",
+                      f"--ablation={work / 'ablation.json'}", "--date=2026-11-28"]) == 0
+  cell = json.loads(path.read_text())["measurements"]["cpu"]["cells"]["model.head-poi"]
+  assert cell["seeds"]["0"]["attention"] == "cpu_kernel, explicit_vjp"
   # Runs that recorded nothing (an older engine): the device must be given.
   monkeypatch.delenv("STUB_ENVIRONMENT")
   old = tmp_path / "old"
