@@ -273,15 +273,15 @@ def _peak(kind):
 
 def _child(argv, env=None):
   """``(seconds of each step, compiled memory GB, allocator peak GB or None, warm-up seconds,
-  host dispatch seconds of each step)`` of the JAX step in a fresh process (its own runtime
-  settings)."""
+  host dispatch seconds of each step, the attention kernels it ran)`` of the JAX step in a fresh
+  process (its own runtime settings)."""
   out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *argv],
                        env=env, capture_output=True, text=True, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"JAX child {argv} failed:\n{out.stderr[-3000:]}")
   result = json.loads(out.stdout.strip().splitlines()[-1])
   return (result["step_s"], result["memory_gb"], result.get("peak_gb"), result["warm_s"],
-          result["dispatch_s"])
+          result["dispatch_s"], result.get("attention") or {})
 
 
 def _profile_env():
@@ -358,8 +358,10 @@ def main():
     import jax
     stats = getattr(jax.devices()[0], "memory_stats", lambda: None)() or {}
     peak = stats.get("peak_bytes_in_use")
+    from poi_jax.layers import attention
     print(json.dumps({"step_s": times, "dispatch_s": dispatch, "memory_gb": mem, "warm_s": warm,
-                      "peak_gb": None if peak is None else peak / 2**30}))
+                      "peak_gb": None if peak is None else peak / 2**30,
+                      "attention": attention.kernels_used()}))
     return
   import jax
   dev = jax.devices()[0]
@@ -386,7 +388,7 @@ def main():
   peak = _peak(kind) if platform != "cpu" else None
   flops = train_flops(args.shape, args.batch, args.seq)
   modes = [] if args.torch_compile == "none" else args.torch_compile.split(",")
-  rows, peaks = [], []  # rows: (name, seconds of each step, memory GB, warm-up s, dtype, host
+  rows, peaks, ran = [], [], []  # rows: (name, seconds of each step, memory GB, warm-up s, dtype, host
   # dispatch seconds of each step or None)
   for dtype in dtypes:
     short = 'bf16' if dtype == 'bfloat16' else 'f32'
@@ -406,11 +408,13 @@ def main():
     argv = [a for a in sys.argv[1:]
             if not a.startswith(("--dtype", "--compare_runtime", "--profile_dir"))]
     if args.compare_runtime and platform == "cpu":
-      t, mem, _, warm, host = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
-                                      "--xla_cpu_flags="])
+      t, mem, _, warm, host, _ = _child([*argv, f"--dtype={dtype}", "--cpu_malloc=system",
+                                         "--xla_cpu_flags="])
       rows.append((f"jax jit {short}, glibc malloc, no flags", t, mem, warm, dtype, host))
-    t, mem, peak_jax, warm, host = _child([*argv, f"--dtype={dtype}"])
+    t, mem, peak_jax, warm, host, kernels = _child([*argv, f"--dtype={dtype}"])
     rows.append((f"jax jit {short}", t, mem, warm, dtype, host))
+    ran.append(f"{short} " + ", ".join(f"{k}: {v['kernel']} ({v['chosen_by']})"
+                                      for k, v in kernels.items()))
     if peak_jax is not None:
       peaks.append(f"{short} {peak_jax:.2f} GB")
     if args.profile_dir:  # its own process: the timed one runs as a user's would
@@ -421,6 +425,7 @@ def main():
       rows.append((f"jax jit f32, {n} simulated CPU dev", _subprocess_time(args, n), None, None,
                    "float32", None))
   print_table(rows, args, flops, peak)
+  print(f"jax attention kernels (per traced problem; `auto` chooses per machine): {'; '.join(ran)}")
   if peaks:  # read in each JAX child: the parent process allocates nothing on the device
     print(f"jax allocator peak device memory (each step's own process): {', '.join(peaks)}")
   if peak:
