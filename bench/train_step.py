@@ -388,8 +388,9 @@ def main():
   peak = _peak(kind) if platform != "cpu" else None
   flops = train_flops(args.shape, args.batch, args.seq)
   modes = [] if args.torch_compile == "none" else args.torch_compile.split(",")
-  rows, peaks, ran = [], [], []  # rows: (name, seconds of each step, memory GB, warm-up s, dtype, host
-  # dispatch seconds of each step or None)
+  # rows: (name, seconds of each step, memory GB, warm-up s, dtype, host dispatch seconds of each
+  # step or None); ran: the attention kernels of each JAX step, one line per dtype
+  rows, peaks, ran = [], [], []
   for dtype in dtypes:
     short = 'bf16' if dtype == 'bfloat16' else 'f32'
     if not args.no_torch:
