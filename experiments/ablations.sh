@@ -4,6 +4,7 @@
 #   bash experiments/ablations.sh carry MEASUREMENT   # here: build .carry/ (wheels, data, MiniLM)
 #   source experiments/device_setup.sh && bash experiments/ablations.sh run MEASUREMENT   # device
 #   bash experiments/ablations.sh table MEASUREMENT   # here, after unpacking the results: the table
+#   bash experiments/ablations.sh keep MEASUREMENT    # its finished runs into experiments/records/
 #
 # MEASUREMENT: qopn (QOPN vs sliding window; BLOCKS=paper_residual: QOPN's default blocks
 # alone), dream1 (plain encoder, POI-Net without POS), dream2 (POI-Net, DUMA), dream (the DREAM
@@ -43,7 +44,7 @@
 # (QOPN's settings), ARMS="qopn window"; a CPU-sized DREAM under both: dreamcpusel, dreamcpubest
 # (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run 20-80 min here, by CPU).
 set -euo pipefail
-cmd=${1:?usage: bash experiments/ablations.sh carry|run|table MEASUREMENT}
+cmd=${1:?usage: bash experiments/ablations.sh carry|run|table|keep|restore MEASUREMENT}
 what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
@@ -59,6 +60,29 @@ RUN="python3 experiments/ablation.py --seeds=${SEEDS:-3}"
 # SEED_VALUES=3,4: only those seeds (over SEEDS), e.g. to add seeds to a measurement run before
 [ -n "${SEED_VALUES:-}" ] && RUN="$RUN --seed_values=$SEED_VALUES"
 [ "$cmd" = table ] && RUN="$RUN --no_run"
+# Finished runs kept in the repository (experiments/records.py), so that a measurement spanning
+# sessions survives a change of machine. RECORDS: where they live (default: this checkout's
+# experiments/records; from a worktree of the measurement's commit, RECORDS=../main/experiments/records).
+HERE=$(cd "$(dirname "$0")" && pwd)
+RECORDS=${RECORDS:-$HERE/records}
+records() {  # keep|restore: every work directory of $what ($W/$what, $W/$what-*)
+  local d
+  if [ "$1" = keep ]; then  # (not on a device's copy of the tree: no git, no commit to record)
+    git rev-parse --git-dir > /dev/null 2>&1 || return 0
+    for d in "$W/$what" "$W/$what"-*; do
+      [ -d "$d" ] && { python3 "$HERE/records.py" keep "$d" --records="$RECORDS" || return 1; }
+    done
+  else  # (only where records exist: a device's copy of the tree may not be a git work tree)
+    for d in "$RECORDS/$what" "$RECORDS/$what"-*; do
+      [ -d "$d" ] && python3 "$HERE/records.py" restore "$W/${d##*/}" --records="$RECORDS"
+    done
+  fi
+  return 0
+}
+case $cmd in
+  keep|restore) records "$cmd"; exit 0 ;;
+  run|table) records restore ;;
+esac
 
 wheels() {  # the packages the device image lacks (docs/ablations.md), for its Python 3.12
   mkdir -p .carry/whl
@@ -407,6 +431,7 @@ esac
 status=0
 measure || status=$?
 if [ "$cmd" = run ]; then
+  records keep || echo "ablations.sh: the finished runs were not kept (above); the results stay in $W" >&2
   out=${OUT:-$W}
   find $W -name 'ablation.*' -o -name eval_results.json -o -name DONE.json -o -name log.txt \
     -o -name config.json -o -name environment.json -o -name metrics.jsonl \
