@@ -22,22 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 
 SHAPES = {"minilm": (384, 1536), "bert-base": (768, 3072), "bert-large": (1024, 4096)}
-
-
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.machine()
 
 
 def _fastest(calls, repeats: int) -> list[float]:
@@ -67,6 +55,8 @@ def main(argv: list[str]) -> int:
   import jax.numpy as jnp
   import numpy as np
   import torch
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from poi_jax.train import environment
   torch.set_num_threads(os.cpu_count())
   hidden, inner = SHAPES[args.shape]
   t = args.tokens
@@ -120,7 +110,7 @@ def main(argv: list[str]) -> int:
                pattern_xla, pattern_torch, (x_in, w, dy), 3 * args.layers * 2 * t * hidden * inner))
 
   print(f"# bench/cpu_matmul.py {' '.join(argv)}")
-  print(f"# {_cpu_model()}, {os.cpu_count()} cores; jax {jax.__version__}, torch "
+  print(f"# {environment.describe()['device']}; jax {jax.__version__}, torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads, OMP_WAIT_POLICY="
         f"{os.environ['OMP_WAIT_POLICY']}); {args.shape}: hidden {hidden}, "
         f"intermediate {inner}; fastest of {args.repeats} alternating calls; load average "
