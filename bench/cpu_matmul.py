@@ -3,6 +3,7 @@ pattern, side by side in one run.
 
   python bench/cpu_matmul.py                      # MiniLM's shapes at 8 x 256 = 2,048 tokens
   python bench/cpu_matmul.py --shape=bert-base --tokens=3072 --repeats=20
+  python bench/cpu_matmul.py --dtype=bfloat16     # bfloat16 operands and outputs on both sides
 
 What it answers: how much of the CPU training step's distance from `torch.compile` is the matmul
 library (docs/results.md, "Is the CPU training step as fast as PyTorch's?"). Each row is one
@@ -13,10 +14,14 @@ feed-forward output matmul and the next matmul on ``tanh(dx)`` (what makes the l
 each other), ``--layers`` times, against the same matmuls in PyTorch, eagerly. The two libraries
 alternate call by call; each row is the fastest of ``--repeats`` calls after a warm-up, on every
 core (``torch.set_num_threads(os.cpu_count())``; XLA uses them all). GFLOP/s counts ``2 m k n``
-a matmul. float32. PyTorch's OpenMP threads are told to sleep as soon as a call ends
-(``OMP_WAIT_POLICY=PASSIVE``, unless set): by default they spin for a while after each call, and
-in this alternation that spinning took a third of XLA's next call (230 against 300-320 GFLOP/s on
-a 2-core Intel Xeon) while PyTorch's own rates did not move.
+a matmul. float32 by default; ``--dtype=bfloat16`` gives both libraries bfloat16 operands and
+outputs (float32 accumulation), which is where a CPU with AMX tiles (Intel Xeon from Sapphire
+Rapids on) separates them: PyTorch's oneDNN runs them on the tiles, while jaxlib 0.10's XLA
+converts bfloat16 dots to float32 around its float32 matmul (docs/cpu_profile.md). PyTorch's
+OpenMP threads are told to sleep as soon as a call ends (``OMP_WAIT_POLICY=PASSIVE``, unless
+set): by default they spin for a while after each call, and in this alternation that spinning
+took a third of XLA's next call (230 against 300-320 GFLOP/s on a 2-core Intel Xeon) while
+PyTorch's own rates did not move.
 """
 from __future__ import annotations
 
@@ -48,6 +53,8 @@ def main(argv: list[str]) -> int:
   p.add_argument("--tokens", type=int, default=2048, help="batch x sequence, flattened")
   p.add_argument("--layers", type=int, default=6, help="layers of the backward-pattern row")
   p.add_argument("--repeats", type=int, default=10)
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                 help="operands' and outputs' type on both sides")
   args = p.parse_args(argv)
 
   os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (before torch starts its threads)
@@ -62,10 +69,15 @@ def main(argv: list[str]) -> int:
   t = args.tokens
   rng = np.random.default_rng(0)
   arrays = {}
+  jax_dtype, torch_dtype = getattr(jnp, args.dtype), getattr(torch, args.dtype)
+  # Outputs are rounded to the operands' type: bfloat16 keeps 8 bits of mantissa.
+  rel_tol = 1e-4 if args.dtype == "float32" else 2e-2
 
   def arr(name, shape):
     if name not in arrays:
-      arrays[name] = rng.standard_normal(shape, dtype=np.float32) * 0.05
+      # Rounded to the type once here, so both libraries multiply the very same numbers.
+      arrays[name] = np.asarray(jnp.asarray(
+          rng.standard_normal(shape, dtype=np.float32) * 0.05, jax_dtype).astype(jnp.float32))
     return arrays[name]
 
   def dims(lhs_contract, rhs_contract):
@@ -113,25 +125,27 @@ def main(argv: list[str]) -> int:
   print(f"# {environment.describe()['device']}; jax {jax.__version__}, torch "
         f"{torch.__version__} ({torch.get_num_threads()} threads, OMP_WAIT_POLICY="
         f"{os.environ['OMP_WAIT_POLICY']}); {args.shape}: hidden {hidden}, "
-        f"intermediate {inner}; fastest of {args.repeats} alternating calls; load average "
-        f"{os.getloadavg()[0]:.1f}")
+        f"intermediate {inner}; {args.dtype}; fastest of {args.repeats} alternating calls; "
+        f"load average {os.getloadavg()[0]:.1f}")
   header = f"{'matmul':<62} {'XLA ms':>8} {'GFLOP/s':>8} {'torch ms':>9} {'GFLOP/s':>8} {'XLA/torch':>10}"
   print(header)
   print("-" * len(header))
   with torch.inference_mode():
     for name, fx, ft, operands, flops in rows:
       jitted = jax.jit(fx)
-      on_device = [jnp.asarray(o) for o in operands]
-      as_torch = [torch.from_numpy(np.array(o)) for o in operands]
+      on_device = [jnp.asarray(o, jax_dtype) for o in operands]
+      as_torch = [torch.from_numpy(np.array(o)).to(torch_dtype) for o in operands]
       xla_s, torch_s = _fastest(
           [lambda: jax.block_until_ready(jitted(*on_device)), lambda: ft(*as_torch)],
           args.repeats)
       # The same numbers from both (a wrong layout would pass the timing and fail here).
       got, want = jitted(*on_device), ft(*as_torch)
       got, want = jax.tree.leaves(got), jax.tree.leaves(want)
-      err = max(float(np.max(np.abs(np.asarray(g) - r.numpy()))) for g, r in zip(got, want))
-      scale = max(float(np.max(np.abs(r.numpy()))) for r in want)
-      if err > 1e-4 * max(scale, 1.0):
+      got = [np.asarray(g, np.float32) for g in got]
+      want = [r.float().numpy() for r in want]
+      err = max(float(np.max(np.abs(g - r))) for g, r in zip(got, want))
+      scale = max(float(np.max(np.abs(r))) for r in want)
+      if err > rel_tol * max(scale, 1.0):
         raise SystemExit(f"error: {name}: XLA and PyTorch differ by {err:.2e} (scale {scale:.2e})")
       print(f"{name:<62} {xla_s * 1e3:>8.2f} {flops / xla_s / 1e9:>8.0f} {torch_s * 1e3:>9.2f} "
             f"{flops / torch_s / 1e9:>8.0f} {torch_s / xla_s:>9.2f}x")
