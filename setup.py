@@ -14,9 +14,9 @@ setup(
     package_data={"poi_jax.data.features": ["pdtb_connectives.txt"],
                   "poi_jax.sample_data": ["squad2-dev-subset.json.xz", "NOTICE"],
                   "poi_jax.serve": ["static/*"],
-                  # the native CPU attention kernel's source, compiled on first use
-                  # (poi_jax/layers/cpu_attention.py)
-                  "poi_jax.layers": ["cpu_attention.cc"]},
+                  # the native CPU kernels' sources (attention, AMX matmul, their shared
+                  # header), compiled on first use (poi_jax/layers/native.py)
+                  "poi_jax.layers": ["*.cc", "*.h"]},
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",

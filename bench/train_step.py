@@ -14,7 +14,9 @@ paper's co-attention, forgetting, 3 turns + span head) or ``--head=none`` (span 
 encoder: the difference is what POS + co-attention cost). One step = forward, backward, AdamW
 update. JAX: the engine's jitted step with donated state (`poi_jax.train.step.create_sharded_state`;
 ``--dtype=bfloat16``: bf16 compute, float32 parameters; ``--attention``, ``--remat``,
-``--scan``). PyTorch, the same model (`bench/torch_poi.py`: transformers' BERT or ALBERT with SDPA
+``--scan``; on a CPU the bfloat16 group also has a float32 JAX row with bfloat16 matmul
+precision, PyTorch's CPU autocast's counterpart, on AMX tiles where the CPU has them:
+`poi_jax/layers/matmul.py`). PyTorch, the same model (`bench/torch_poi.py`: transformers' BERT or ALBERT with SDPA
 attention), TF32 on a GPU, ``torch.autocast(bfloat16)`` beside JAX's bf16, in two forms: eager
 with the default `torch.optim.AdamW`, and ``torch.compile`` (``--torch_compile`` modes, default
 ``default``) with the fused AdamW, the strongest step a PyTorch user gets for two lines.
@@ -300,7 +302,8 @@ def _subprocess_time(args, devices):
 
 def _runtime_args(args) -> dict:
   return dict(cpu_malloc=args.cpu_malloc, xla_cpu_flags=args.xla_cpu_flags,
-              compilation_cache_dir=args.compilation_cache_dir)
+              compilation_cache_dir=args.compilation_cache_dir,
+              matmul_precision=args.matmul_precision)
 
 
 def _fmt(x, spec):
@@ -338,6 +341,9 @@ def main():
   ap.add_argument("--xla_cpu_flags", default=None,
                   help="default: the engine's runtime.xla_cpu_flags")
   ap.add_argument("--compilation_cache_dir", default="")
+  ap.add_argument("--matmul_precision", default="",
+                  help="runtime.matmul_precision of the JAX rows (\"\": JAX's default); on a "
+                       "CPU the bf16 group also gets a float32 row with bfloat16 matmuls")
   ap.add_argument("--compare_runtime", action="store_true",
                   help="CPU: also the JAX step with glibc's malloc defaults and no XLA CPU flags "
                        "(each JAX variant in its own process; PyTorch with glibc's defaults)")
@@ -416,6 +422,14 @@ def main():
     rows.append((f"jax jit {short}", t, mem, warm, dtype, host))
     ran.append(f"{short} " + ", ".join(f"{k}: {v['kernel']} ({v['chosen_by']})"
                                       for k, v in kernels.items()))
+    if dtype == "bfloat16" and platform == "cpu":
+      # PyTorch's CPU autocast keeps float32 activations and runs the linear layers in
+      # bfloat16; JAX's counterpart: float32 with bfloat16 matmul precision, which puts the
+      # dense layers on the AMX kernel where the CPU has one (poi_jax/layers/matmul.py).
+      t, mem, _, warm, host, _ = _child(
+          [*[a for a in argv if not a.startswith("--matmul_precision")], "--dtype=float32",
+           "--matmul_precision=bfloat16"])
+      rows.append(("jax jit f32, bf16 matmuls", t, mem, warm, dtype, host))
     if peak_jax is not None:
       peaks.append(f"{short} {peak_jax:.2f} GB")
     if args.profile_dir:  # its own process: the timed one runs as a user's would

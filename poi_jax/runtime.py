@@ -36,9 +36,17 @@ A library user who builds the engine's pieces directly calls it once, first thin
   (AMD EPYC, jaxlib 0.10.2; ``bench/forward_fusion.py``), the logits equal to 3e-6. The
   training step (forward + backward) gains nothing (``bench/cpu_ab.py``), so it keeps the
   default. A jaxlib without the option compiles with XLA's defaults (checked once).
+* ``matmul_precision``: JAX's ``jax_default_matmul_precision`` for the process (``""``, the
+  default: left as it is, i.e. ``$JAX_DEFAULT_MATMUL_PRECISION`` or XLA's default). ``"bfloat16"``
+  is JAX's name for its fastest precision (one bfloat16 pass on a TPU, XLA's default on a GPU);
+  on a single-device CPU with AMX tiles (Intel Xeon from Sapphire Rapids on) it runs the dense
+  layers on the native AMX kernel (`poi_jax.layers.matmul`), as ``torch.autocast("cpu",
+  torch.bfloat16)`` runs linear layers: the MiniLM step 1.5x faster on a 2-core Xeon
+  (docs/performance.md); on other CPUs it changes nothing. ``"float32"``/``"tensorfloat32"`` as
+  JAX defines them.
 
 The settings apply once, to the process: a second `configure` with other values only changes the
-cache directory (JAX's config) and says nothing about the rest.
+cache directory and the matmul precision (JAX's config) and says nothing about the rest.
 """
 from __future__ import annotations
 
@@ -70,7 +78,11 @@ def defaults() -> ml_collections.ConfigDict:
   c.cpu_malloc = "system"
   c.xla_cpu_flags = ""
   c.cpu_forward_ynnpack = False
+  c.matmul_precision = ""
   return c
+
+
+MATMUL_PRECISIONS = ("", "default", "bfloat16", "tensorfloat32", "float32")
 
 
 def default_cache_dir() -> str:
@@ -152,6 +164,9 @@ def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[s
     settings.update(dict(runtime))
   if settings.cpu_malloc not in ("reuse", "system"):
     raise ValueError(f"runtime.cpu_malloc={settings.cpu_malloc!r}: choose reuse or system")
+  if settings.matmul_precision not in MATMUL_PRECISIONS:
+    raise ValueError(f"runtime.matmul_precision={settings.matmul_precision!r}: choose one of "
+                     f"{', '.join(repr(p) for p in MATMUL_PRECISIONS)}")
   if not _applied:
     if settings.cpu_malloc == "reuse" and cpu_only():
       _applied["cpu_malloc"] = "reuse" if reuse_freed_memory() else "system (not glibc)"
@@ -160,6 +175,10 @@ def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[s
     if settings.xla_cpu_flags and cpu_only():
       _applied["xla_flags"] = add_xla_flags(settings.xla_cpu_flags)
     _applied["cpu_forward_ynnpack"] = bool(settings.cpu_forward_ynnpack)
+  if settings.matmul_precision:
+    import jax
+    jax.config.update("jax_default_matmul_precision", settings.matmul_precision)
+    _applied["matmul_precision"] = settings.matmul_precision
   directory = resolve_cache_dir(settings.compilation_cache_dir)
   enable_compilation_cache(directory)
   _applied["compilation_cache_dir"] = directory

@@ -11,19 +11,15 @@ BERT-base layer's attention forward + backward at 8 x 384 goes from 102 ms (``ex
 67 ms on 2 cores (PyTorch: 53-73; `python bench/cpu_pieces.py --pieces=attention
 --shape=bert-base --seq=384`).
 
-**Build.** The C++ source ships with the package and is compiled on first use with the system's
-C++ compiler (``$CXX``, else ``c++``/``g++`` on PATH; ``-O3 -march=native``: it is built for the
-machine that runs it) against the XLA FFI headers that jaxlib ships, into
-``$POI_JAX_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/poi_jax/kernels``, ``~/.cache/...``). The
-library's name hashes the source, the flags, the compiler, jaxlib's version and the CPU's
-features, so an upgrade or another machine sharing the home directory builds its own. Its
-vectors and register tiles follow the machine's registers (16 floats and tiles of 4 rows x 4
-vectors with AVX-512; 8 floats and 6 x 2 with AVX2; 4 floats and 6 x 2 with SSE, 4 x 4 on ARM):
-with AVX-512's on an AVX2 CPU the tiles spilled and the kernel ran 6.8x slower than
-``explicit_vjp`` (issue 51). ``$POI_JAX_CPU_ATTENTION_VECTORS`` (``WxRxC``, e.g. ``8x6x2``)
-builds another width and tile, for tests and tuning. The build writes to a temporary name and renames (atomic), so concurrent
-first uses are safe. No compiler,
-or a failed build: `available()` is False with the reason (`unavailable_reason()`), logged once,
+**Build.** The C++ source ships with the package and is compiled on first use for the machine
+that runs it, into the kernel cache (`poi_jax.layers.native`: ``$POI_JAX_KERNEL_CACHE``, default
+``~/.cache/poi_jax/kernels``; the library's name hashes the sources, flags, compiler, jaxlib's
+version and the CPU's features). Its vectors and register tiles follow the machine's registers
+(16 floats and tiles of 4 rows x 4 vectors with AVX-512; 8 floats and 6 x 2 with AVX2; 4 floats
+and 6 x 2 with SSE, 4 x 4 on ARM): with AVX-512's on an AVX2 CPU the tiles spilled and the
+kernel ran 6.8x slower than ``explicit_vjp`` (issue 51). ``$POI_JAX_CPU_ATTENTION_VECTORS``
+(``WxRxC``, e.g. ``8x6x2``) builds another width and tile, for tests and tuning. No compiler, or
+a failed build: `available()` is False with the reason (`unavailable_reason()`), logged once,
 and ``model.attention=auto`` keeps the ``explicit_vjp`` path; ``model.attention=cpu_kernel``
 raises that reason.
 
@@ -36,27 +32,23 @@ device), so ``auto`` takes this kernel on a single-device CPU run only.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
-import hashlib
 import logging
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from poi_jax.layers import native
+
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attention.cc")
-_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
-          "-shared", "-fPIC")
+_FLAGS = native.BASE_FLAGS
 _TARGETS = {"poi_jax_cpu_attention_fwd": "PoiCpuAttentionForward",
             "poi_jax_cpu_attention_bwd": "PoiCpuAttentionBackward"}
-CACHE_ENV = "POI_JAX_KERNEL_CACHE"
+CACHE_ENV = native.CACHE_ENV
 # "WxRxC": vectors of W floats (4, 8 or 16) and register tiles of R rows x C vectors, instead of
 # the kernel's choice for the machine (for tests and tuning; the library name hashes it too).
 VECTORS_ENV = "POI_JAX_CPU_ATTENTION_VECTORS"
@@ -66,31 +58,9 @@ _state: dict[str, object] = {}  # "reason": why the kernel is unavailable (set o
 _lock = threading.Lock()  # one build and registration per process, whichever thread traces first
 
 
-def cache_dir() -> str:
-  """``$POI_JAX_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/poi_jax/kernels`` (``~/.cache/...``)."""
-  if os.environ.get(CACHE_ENV):
-    return os.path.abspath(os.path.expanduser(os.environ[CACHE_ENV]))
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "poi_jax", "kernels")
-
-
-def _compiler() -> str | None:
-  for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-    if name and shutil.which(name):
-      return shutil.which(name)
-  return None
-
-
-def _cpu_features() -> str:
-  """What ``-march=native`` depends on: the CPU's feature flags (Linux), else the platform."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith(("flags", "Features")):
-          return line
-  except OSError:
-    pass
-  return platform.machine() + platform.processor()
+cache_dir = native.cache_dir
+_compiler = native.compiler
+_cpu_features = native.cpu_features
 
 
 def _flags() -> tuple[str, ...]:
@@ -111,15 +81,9 @@ def _flags() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=8)
 def _digest(compiler: str, flags: tuple[str, ...]) -> str:
-  """What the built library depends on: the source, the flags, the compiler, jaxlib's version
-  and the CPU's features (memoised: `build_id` is asked once per traced attention layer)."""
-  import jaxlib
-  digest = hashlib.sha256()
-  with open(_SOURCE, "rb") as f:
-    digest.update(f.read())
-  for part in (*flags, compiler, jaxlib.__version__, _cpu_features()):
-    digest.update(part.encode())
-  return digest.hexdigest()[:16]
+  """`native.digest` of this kernel (memoised: `build_id` is asked once per traced attention
+  layer)."""
+  return native.digest(_SOURCE, compiler, flags)
 
 
 def _library_path(compiler: str) -> str:
@@ -131,21 +95,6 @@ def build_id() -> str:
   ``auto``'s timing key (`cpu_attention_choice`), so that a changed kernel is timed again."""
   compiler = _compiler()
   return "none" if compiler is None else _digest(compiler, _flags())
-
-
-def _build(compiler: str, target: str) -> None:
-  os.makedirs(os.path.dirname(target), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=os.path.dirname(target))
-  os.close(fd)
-  try:
-    cmd = [compiler, *_flags(), f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-      raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{done.stderr[-2000:]}")
-    os.replace(tmp, target)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
 
 
 def _load() -> bool:
@@ -169,11 +118,8 @@ def _build_and_register() -> str | None:
     try:
       if not os.path.exists(path):
         _log.info("building the CPU attention kernel (once): %s", path)
-        _build(compiler, path)
-      library = ctypes.cdll.LoadLibrary(path)
-      for name, symbol in _TARGETS.items():
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, symbol)),
-                                    platform="cpu")
+        native.build(compiler, _flags(), _SOURCE, path)
+      native.load_and_register(path, _TARGETS)
     except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
       reason = f"the CPU attention kernel could not be built or loaded: {e}"
   if reason is not None:

@@ -16,6 +16,15 @@ below the parity tests' 1e-5). It applies on the CPU backend, to a Linear's dime
 sharding; everything else, and every other backend, is `jax.lax.dot_general` unchanged.
 A rematerialisation policy that saves matmul outputs (``dots_saveable``) does not see these
 matmuls on a CPU (they are one custom-VJP call), so it recomputes them there.
+
+**bfloat16 matmul precision on a CPU with AMX tiles.** Under ``jax_default_matmul_precision=
+bfloat16`` (``--config.runtime.matmul_precision=bfloat16``; JAX's fastest precision, one
+bfloat16 pass on a TPU), a float32 Linear on a single-device CPU whose flags list AMX runs its three
+matmuls (``y``, ``dx``, ``dW``) on the tiles (`poi_jax.layers.cpu_matmul_amx`): operands
+rounded to bfloat16, sums and results in float32, the backward's from the bfloat16 ``x`` and
+``W`` the forward used. That is what ``torch.autocast("cpu", torch.bfloat16)`` does to linear
+layers, at the tiles' speed (XLA's CPU backend ignores the precision and stays in float32). On a
+CPU without AMX, or without the kernel, the precision is ignored there as XLA ignores it.
 """
 from __future__ import annotations
 
@@ -24,6 +33,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from poi_jax.layers import cpu_matmul_amx
 from poi_jax.layers import target
 
 
@@ -55,13 +65,50 @@ def _is_linear(lhs, rhs, dimension_numbers) -> bool:
           and not tuple(lb) and not tuple(rb) and lhs.dtype == rhs.dtype)
 
 
+@jax.custom_vjp
+def _linear_amx(x: jax.Array, w: jax.Array) -> jax.Array:
+  """``x (..., in) @ w (in, out) -> (..., out)`` float32, from bfloat16 operands on AMX tiles."""
+  return _linear_amx_fwd(x, w)[0]
+
+
+def _linear_amx_fwd(x, w):
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  y = cpu_matmul_amx.matmul(xb.reshape(-1, x.shape[-1]), wb)
+  return y.reshape(*x.shape[:-1], w.shape[1]), (xb, wb)
+
+
+def _linear_amx_bwd(residuals, dy):
+  xb, wb = residuals
+  dy2 = dy.reshape(-1, dy.shape[-1])
+  dx = cpu_matmul_amx.matmul(dy2, wb, trans_b=True).reshape(xb.shape)
+  # The kernel transposes x itself (XLA's bfloat16 transpose, tried instead, took as long).
+  dw = cpu_matmul_amx.matmul(xb.reshape(-1, xb.shape[-1]), dy2, trans_a=True)
+  return dx, dw
+
+
+_linear_amx.defvjp(_linear_amx_fwd, _linear_amx_bwd)
+
+
+def bfloat16_on_amx() -> bool:
+  """Whether a float32 Linear traced now (without a precision of its own) runs on the AMX
+  kernel: ``jax_default_matmul_precision`` is ``bfloat16``, the devices are one CPU, and the
+  kernel is available there."""
+  if jax.config.jax_default_matmul_precision != "bfloat16":
+    return False
+  platform, devices = target.platform_and_devices()
+  return platform == "cpu" and devices == 1 and cpu_matmul_amx.available()
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                 out_sharding=None):
   """`jax.lax.dot_general`'s signature (what `nnx.Linear` calls); the CPU-friendly backward for
-  a Linear's matmul on the CPU backend (module docstring)."""
+  a Linear's matmul on the CPU backend, and its bfloat16 matmuls on AMX tiles when the matmul
+  precision asks for bfloat16 (module docstring)."""
   if (target.platform_and_devices()[0] == "cpu" and out_sharding is None
       and preferred_element_type is None
       and _is_linear(lhs, rhs, dimension_numbers)):
+    if precision is None and lhs.dtype == jnp.float32 and bfloat16_on_amx():
+      return _linear_amx(lhs, rhs)
     return _linear(lhs, rhs, precision)
   kwargs = {} if out_sharding is None else {"out_sharding": out_sharding}
   return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,

@@ -52,8 +52,23 @@ def describe() -> dict:
           "device_count": len(devices), "process_count": jax.process_count(),
           # "default" on a GPU is TF32-class matmuls; results differ from float32's in the 4th
           # decimal (docs/testing.md), so it belongs with the scores.
-          "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+          "matmul_precision": _matmul_precision(devices),
           "versions": versions}
+
+
+def _matmul_precision(devices) -> str:
+  """JAX's default matmul precision; on one CPU under ``bfloat16``, also whether the dense
+  layers run it (the AMX kernel) or not (XLA's CPU matmuls stay float32)."""
+  import jax
+  precision = str(jax.config.jax_default_matmul_precision or "default")
+  if precision == "bfloat16" and devices[0].platform == "cpu":
+    from poi_jax.layers import cpu_matmul_amx
+    if len(devices) == 1 and cpu_matmul_amx.available():
+      return "bfloat16 (dense layers on the AMX kernel)"
+    why = cpu_matmul_amx.unavailable_reason() if len(devices) == 1 else "several devices"
+    return f"bfloat16 (not on this CPU: {why}; XLA's float32 matmuls)"
+  return precision
+
 
 
 def software(env: dict) -> str:

@@ -1,0 +1,244 @@
+// bfloat16 matmuls on AMX tiles (Intel Xeon from Sapphire Rapids on), as an XLA FFI call.
+//
+// C (M x N, float32) = op(A) @ op(B), A and B bfloat16, op() an optional transpose, sums in
+// float32 (TDPBF16PS: each product of two bfloat16 numbers is exact in float32). XLA's CPU
+// backend runs a bfloat16 dot as a float32 one between conversions (jaxlib 0.10), at 1/5 to 1/8
+// of what these tiles give (docs/cpu_profile.md, sixth pass); this kernel is what
+// `poi_jax/layers/matmul.py` calls for the dense layers under `jax_default_matmul_precision=
+// bfloat16` on such a CPU.
+//
+// Layout. A tile holds 16 rows of 64 bytes. The product takes A as 16 rows x 32 bfloat16 and B
+// as 16 rows x 32 bfloat16 where a B row interleaves two consecutive k of 16 columns ("VNNI":
+// B[k][n], B[k+1][n] side by side). So B is always packed, per block of 16 columns, into K/2
+// rows of 32 (zero-padded to K a multiple of 32 and N a multiple of 32); A is read in place when
+// it is row-major with K a multiple of 32, else packed (transposed if asked, zero-padded). A
+// micro-step multiplies a 32 x 32 block of C (four accumulator tiles) by a 32-wide slice of K:
+// two A tiles and two B tiles, four TDPBF16PS. Rows of C in blocks of 32 go to XLA's thread pool.
+// Built on first use by poi_jax/layers/cpu_matmul_amx.py with -mamx-tile -mamx-bf16.
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "native_parallel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+using poi_jax_native::parallel_for;
+
+namespace {
+
+constexpr int64_t kBlock = 32;  // rows and columns of C a micro-step computes; K's step too
+constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an extended state component
+constexpr int kXfeatureXtiledata = 18;     // the AMX tile data
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Linux hands out the tiles' state to a process only when it asks (once).
+bool tiles_granted() {
+  static std::once_flag once;
+  static bool granted = false;
+  std::call_once(once, [] {
+    granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  });
+  return granted;
+}
+
+struct TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C's 2 x 2 accumulators (16 x 16 float32 each); 4, 5: A (16 x 32 bfloat16);
+// 6, 7: B (16 k-pairs x 16 columns x 2).
+void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+}
+
+// op(B) (K x N) -> for each block of 16 columns, Kp / 2 rows of 16 (k, k + 1) pairs, zeros
+// beyond K and N. b is (K x N) row-major, or (N x K) with trans_b. One call packs the two
+// blocks of columns [32 p, 32 p + 32): a whole cache line of each row of b.
+void pack_b(const uint16_t* b, bool trans_b, int64_t K, int64_t N, int64_t Kp,
+            uint16_t* packed, int64_t pair) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t n_block = 2 * pair + half, n0 = n_block * 16;
+    uint16_t* out = packed + n_block * (Kp / 2) * 32;
+    const int64_t cols = std::max<int64_t>(0, std::min<int64_t>(16, N - n0));
+    for (int64_t kp = 0; kp < Kp / 2; ++kp) {
+      uint16_t* row = out + kp * 32;
+      const int64_t k0 = 2 * kp, k1 = 2 * kp + 1;
+      if (cols == 16 && k1 < K && !trans_b) {  // the interior: interleave two rows of b
+        const uint16_t* r0 = b + k0 * N + n0;
+        const uint16_t* r1 = b + k1 * N + n0;
+        for (int64_t j = 0; j < 16; ++j) {
+          row[2 * j] = r0[j];
+          row[2 * j + 1] = r1[j];
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t n = n0 + j;
+        const bool in_n = j < cols;
+        row[2 * j] = in_n && k0 < K ? (trans_b ? b[n * K + k0] : b[k0 * N + n]) : 0;
+        row[2 * j + 1] = in_n && k1 < K ? (trans_b ? b[n * K + k1] : b[k1 * N + n]) : 0;
+      }
+    }
+  }
+}
+
+// Rows [m0, m0 + 32) of op(A) into 32 rows of Kp, ld apart (zeros beyond M and K). a is
+// (M x K) row-major, or (K x M) with trans_a.
+void pack_a(const uint16_t* a, bool trans_a, int64_t M, int64_t K, int64_t Kp, int64_t ld,
+            int64_t m0, uint16_t* out) {
+  if (trans_a) {  // k outer: each k reads the block's 32 consecutive m of one row of a
+    const int64_t rows = std::min(kBlock, M - m0);
+    std::fill(out, out + kBlock * ld, uint16_t{0});
+    for (int64_t k = 0; k < K; ++k) {
+      const uint16_t* in = a + k * M + m0;
+      for (int64_t i = 0; i < rows; ++i) out[i * ld + k] = in[i];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < kBlock; ++i) {
+    const int64_t m = m0 + i;
+    uint16_t* row = out + i * ld;
+    if (m >= M) {
+      std::fill(row, row + Kp, uint16_t{0});
+      continue;
+    }
+    std::memcpy(row, a + m * K, K * sizeof(uint16_t));
+    std::fill(row + K, row + Kp, uint16_t{0});
+  }
+}
+
+// The distance between packed rows of A: Kp, plus a cache line when Kp rows would be a
+// multiple of 4 KB apart (a tile's 16 rows in one L1 set, evicting one another).
+int64_t packed_lda(int64_t Kp) { return (Kp * 2) % 4096 == 0 ? Kp + 32 : Kp; }
+
+// C[m0 : m0 + 32, n_begin : n_end) = A rows (32 x Kp, leading dimension lda) @ packed B.
+void block_row(const uint16_t* a, int64_t lda, const uint16_t* packed, int64_t Kp, int64_t M,
+               int64_t N, int64_t m0, int64_t n_begin, int64_t n_end, float* c, float* edge) {
+  for (int64_t n = n_begin; n < n_end; n += kBlock) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint16_t* b0 = packed + (n / 16) * (Kp / 2) * 32;
+    const uint16_t* b1 = b0 + (Kp / 2) * 32;
+    for (int64_t k = 0; k < Kp; k += kBlock) {
+      _tile_loadd(4, a + k, lda * 2);
+      _tile_loadd(5, a + 16 * lda + k, lda * 2);
+      _tile_loadd(6, b0 + (k / 2) * 32, 64);
+      _tile_loadd(7, b1 + (k / 2) * 32, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    if (m0 + kBlock <= M && n + kBlock <= N) {  // a whole block: straight into C
+      float* out = c + m0 * N + n;
+      _tile_stored(0, out, N * 4);
+      _tile_stored(1, out + 16, N * 4);
+      _tile_stored(2, out + 16 * N, N * 4);
+      _tile_stored(3, out + 16 * N + 16, N * 4);
+    } else {  // the edge: through a 32 x 32 scratch, then the rows and columns that exist
+      _tile_stored(0, edge, kBlock * 4);
+      _tile_stored(1, edge + 16, kBlock * 4);
+      _tile_stored(2, edge + 16 * kBlock, kBlock * 4);
+      _tile_stored(3, edge + 16 * kBlock + 16, kBlock * 4);
+      const int64_t rows = std::min(kBlock, M - m0), cols = std::min(kBlock, N - n);
+      for (int64_t i = 0; i < rows; ++i) {
+        std::memcpy(c + (m0 + i) * N + n, edge + i * kBlock, cols * sizeof(float));
+      }
+    }
+  }
+}
+
+ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
+                  ffi::ResultBuffer<ffi::F32> c, bool trans_a, bool trans_b) {
+  if (!tiles_granted()) {
+    return ffi::Error(ffi::ErrorCode::kUnavailable,
+                      "Linux did not grant this process the AMX tiles (arch_prctl "
+                      "ARCH_REQ_XCOMP_PERM); a kernel before 5.16 or a CPU without AMX");
+  }
+  auto da = a.dimensions(), db = b.dimensions(), dc = c->dimensions();
+  if (da.size() != 2 || db.size() != 2 || dc.size() != 2) {
+    return ffi::Error::InvalidArgument("poi_jax_cpu_matmul_amx takes 2-D operands");
+  }
+  const int64_t M = trans_a ? da[1] : da[0], K = trans_a ? da[0] : da[1];
+  const int64_t Kb = trans_b ? db[1] : db[0], N = trans_b ? db[0] : db[1];
+  if (K != Kb || dc[0] != M || dc[1] != N) {
+    return ffi::Error::InvalidArgument("poi_jax_cpu_matmul_amx: shapes do not agree");
+  }
+  if (M == 0 || N == 0) return ffi::Error::Success();
+  const auto* pa = reinterpret_cast<const uint16_t*>(a.typed_data());
+  const auto* pb = reinterpret_cast<const uint16_t*>(b.typed_data());
+  float* pc = c->typed_data();
+  const int64_t Kp = std::max<int64_t>(round_up(K, kBlock), kBlock);
+  const int64_t Np = round_up(N, kBlock), Mp = round_up(M, kBlock);
+
+  std::vector<uint16_t> packed_b(Np * Kp);  // (Np / 16) blocks of Kp / 2 rows x 32
+  parallel_for(pool, Np / kBlock,
+               [&](int64_t pair) { pack_b(pb, trans_b, K, N, Kp, packed_b.data(), pair); });
+
+  // A in place when its rows are C's, hold a whole number of K steps and are not a multiple of
+  // 4 KB apart (`packed_lda`); else packed once.
+  const bool in_place = !trans_a && K == Kp && packed_lda(Kp) == Kp;
+  const int64_t lda = packed_lda(Kp);
+  std::vector<uint16_t> packed_a(in_place ? 0 : Mp * lda);
+  if (!in_place) {
+    parallel_for(pool, Mp / kBlock, [&](int64_t mb) {
+      pack_a(pa, trans_a, M, K, Kp, lda, mb * kBlock, packed_a.data() + mb * kBlock * lda);
+    });
+  }
+  // B in panels of columns that stay in a core's L2 (~1 MB of packed B) while every block of
+  // rows passes over them: a weight gradient's B (tokens x features, e.g. 2,048 x 1,536: 6 MB)
+  // would otherwise come from memory once per block of rows.
+  const int64_t panel = std::max<int64_t>(kBlock, (1 << 20) / (Kp * 2) / kBlock * kBlock);
+  const int64_t panels = (Np + panel - 1) / panel, row_blocks = Mp / kBlock;
+  parallel_for(pool, panels * row_blocks, [&](int64_t task) {
+    const int64_t n_begin = task / row_blocks * panel, m0 = task % row_blocks * kBlock;
+    const int64_t n_end = std::min(Np, n_begin + panel);
+    alignas(64) float edge[kBlock * kBlock];
+    configure_tiles();
+    if (in_place && m0 + kBlock <= M) {
+      block_row(pa + m0 * K, K, packed_b.data(), Kp, M, N, m0, n_begin, n_end, pc, edge);
+    } else if (in_place) {  // the last rows of an in-place A: padded to a whole block
+      thread_local std::vector<uint16_t> rows;
+      rows.resize(kBlock * lda);
+      pack_a(pa, false, M, K, Kp, lda, m0, rows.data());
+      block_row(rows.data(), lda, packed_b.data(), Kp, M, N, m0, n_begin, n_end, pc, edge);
+    } else {
+      block_row(packed_a.data() + m0 * lda, lda, packed_b.data(), Kp, M, N, m0, n_begin, n_end,
+                pc, edge);
+    }
+    _tile_release();
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PoiCpuMatmulAmx, Matmul,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::ThreadPool>()
+        .Arg<ffi::Buffer<ffi::BF16>>()  // a (M, K), or (K, M) with trans_a
+        .Arg<ffi::Buffer<ffi::BF16>>()  // b (K, N), or (N, K) with trans_b
+        .Ret<ffi::Buffer<ffi::F32>>()   // c (M, N)
+        .Attr<bool>("trans_a")
+        .Attr<bool>("trans_b")
+);
