@@ -4,6 +4,7 @@ r"""The forward pass with and without XLA's YNNPACK fusions on a CPU, beside PyT
   python bench/forward_fusion.py                             # MiniLM, 32 windows of 128/256/384
   python bench/forward_fusion.py --head=poi --lengths=384 --rounds=5
   python bench/forward_fusion.py --peers=eager,compile,onnxruntime   # the strongest peers
+  python bench/forward_fusion.py --bf16       # + bfloat16 rows on both sides (AMX CPUs)
 
 What it decides: ``runtime.cpu_forward_ynnpack`` (poi_jax/runtime.py). The same model (the
 offline all-MiniLM-L6-v2 weights, a span head drawn from seed 0; ``--head=poi`` adds POI-Net's
@@ -20,6 +21,13 @@ the fastest call of each is reported, as ms per batch and microseconds per token
 ratios (> 1: faster than XLA's defaults, or than PyTorch), the first call's seconds (JAX: the
 compilation, with the persistent cache off) and the largest difference between the two JAX
 variants' logits. float32, every core.
+
+``--bf16`` adds bfloat16 on both sides, as a user of a CPU with AMX tiles would run it: JAX with
+``jax_default_matmul_precision=bfloat16`` (the dense layers on the AMX kernel,
+`poi_jax/layers/cpu_matmul_amx.py`; the forward options) and PyTorch under
+``torch.autocast("cpu", torch.bfloat16)`` (eager, and ``torch.compile`` with ``compile``). Every
+row's ``x best peer`` is against the fastest PyTorch / ONNX Runtime row of either precision; the
+floor (float32 matmuls) bounds the float32 rows only.
 
 ``--floor`` (on by default) adds what no implementation can beat on this machine: the encoder's
 dense layers alone (Q, K, V, output and the two feed-forward matmuls of every layer, padded tokens
@@ -51,11 +59,15 @@ _HEAD = flags.DEFINE_enum("head", "none", ["none", "poi"],
 _PEERS = flags.DEFINE_list("peers", ["eager", "compile", "onnxruntime"],
                            "With --head=none: eager (PyTorch), compile (torch.compile), "
                            "onnxruntime (the same model exported to ONNX).")
+_BF16 = flags.DEFINE_bool("bf16", False,
+                           "Also bfloat16 rows: JAX with bfloat16 matmul precision and PyTorch "
+                           "under CPU bf16 autocast (module docstring).")
 _FLOOR = flags.DEFINE_bool("floor", True,
                             "Add the dense-matmul floor row (module docstring).")
 EAGER = "PyTorch eager (transformers)"
 _GEMM_CALLS = 5  # matmul calls per library and round for the floor
 FLOOR = "floor: dense matmuls at the best rate"
+JAX_BF16 = "JAX, bf16 matmuls (forward options)"
 
 
 def gemm_calls(tokens: int, hidden: int, intermediate: int) -> dict:
@@ -124,6 +136,12 @@ def main(argv):
   options = runtime.forward_compiler_options()
   jax_ways = {"JAX, XLA defaults (YNNPACK fusions)": jax.jit(forward),
               "JAX, forward options (default)": jax.jit(forward, compiler_options=options)}
+  bf16_forward = jax.jit(forward, compiler_options=options)
+
+  def jax_bf16(s, b):  # traced (and cached) under the precision it is called with
+    with jax.default_matmul_precision("bfloat16"):
+      return bf16_forward(s, b)
+  ours = {*jax_ways, JAX_BF16}  # the rows that are not peers
   torch_model = None
   if _HEAD.value == "none":
     try:
@@ -159,19 +177,26 @@ def main(argv):
       tb = {k: torch.from_numpy(batch[k]).long()
             for k in ("input_ids", "attention_mask", "token_type_ids")}
 
-      def torch_call(tb=tb, m=torch_model):
-        with torch.inference_mode():
+      def torch_call(tb=tb, m=torch_model, bf16=False):
+        with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
           out = m(**tb)
-        return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+        return {"start_logits": out.start_logits.float().numpy(),
+                "end_logits": out.end_logits.float().numpy()}
       if "eager" in _PEERS.value:
         calls[EAGER] = torch_call
       if compiled is not None:
         calls["torch.compile (transformers)"] = lambda tb=tb: torch_call(tb, compiled)
+      if _BF16.value and "eager" in _PEERS.value:
+        calls["PyTorch eager, bf16 autocast"] = lambda tb=tb: torch_call(tb, bf16=True)
+      if _BF16.value and compiled is not None:
+        calls["torch.compile, bf16 autocast"] = lambda tb=tb: torch_call(tb, compiled, True)
       if session is not None:
         feeds = {k: batch[k].astype(np.int64)
                  for k in ("input_ids", "attention_mask", "token_type_ids")}
         calls["ONNX Runtime (ORT_ENABLE_ALL)"] = lambda feeds=feeds: dict(zip(
             ("start_logits", "end_logits"), session.run(None, feeds)))
+    if _BF16.value:
+      calls[JAX_BF16] = lambda: jax.block_until_ready(jax_bf16(state, batch))
     outs, first = {}, {}
     for name, call in calls.items():  # warm-up: the first call compiles
       t = time.perf_counter()
@@ -220,7 +245,7 @@ def main(argv):
           4 * ec.hidden_size ** 2 + 2 * ec.hidden_size * ec.intermediate_size)
       best[FLOOR], first[FLOOR] = dense / gemm_best[0], 0.0
   for length, best, first, diff in rows:
-    peers = [sec for name, sec in best.items() if name not in jax_ways and name != FLOOR]
+    peers = [sec for name, sec in best.items() if name not in ours and name != FLOOR]
     for name, sec in best.items():
       vs_peer = f"{min(peers) / sec:>10.2f}x" if peers else f"{'':>11}"
       print(f"{length:>6}  {name:<36} {sec * 1e3:>8.1f} {sec * 1e6 / (b * length):>9.1f} "
@@ -228,11 +253,11 @@ def main(argv):
             f"{f'{diff[name]:.1e}' if name in diff else ''}")
   if _FLOOR.value:
     print(f"\nfloor: the dense matmuls' FLOPs at {gemm_best[0] / 1e9:.1f} GFLOP/s, the fastest "
-          f"matmul of this run ({gemm_best[1]}); at most, any forward is")
+          f"float32 matmul of this run ({gemm_best[1]}); at most, any float32 forward is")
     for length, best, _, _ in rows:
       print(f"  at {length} tokens: " + ", ".join(
           f"{sec / best[FLOOR]:.2f}x {name}" for name, sec in best.items()
-          if name not in jax_ways and name != FLOOR))
+          if name not in ours and name != FLOOR and "bf16" not in name))
 
 
 if __name__ == "__main__":
