@@ -41,7 +41,7 @@ A library user who builds the engine's pieces directly calls it once, first thin
   is JAX's name for its fastest precision (one bfloat16 pass on a TPU, XLA's default on a GPU);
   on a single-device CPU with AMX tiles (Intel Xeon from Sapphire Rapids on) it runs the dense
   layers on the native AMX kernel (`poi_jax.layers.matmul`), as ``torch.autocast("cpu",
-  torch.bfloat16)`` runs linear layers: the MiniLM step 1.5x faster on a 2-core Xeon
+  torch.bfloat16)`` runs linear layers: the MiniLM step 1.6x faster on a 2-core Xeon
   (docs/performance.md); on other CPUs it changes nothing. ``"float32"``/``"tensorfloat32"`` as
   JAX defines them.
 

@@ -99,14 +99,50 @@ void pack_b(const uint16_t* b, bool trans_b, int64_t K, int64_t N, int64_t Kp,
   }
 }
 
+// out[i * out_ld + j] = in[j * in_ld + i] for an 8 x 8 block of 16-bit values: three rounds of
+// unpacks (16-, 32-, 64-bit), the standard SSE2 transpose.
+inline void transpose8x8(const uint16_t* in, int64_t in_ld, uint16_t* out, int64_t out_ld) {
+  __m128i r[8], t[8];
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j * in_ld));
+  }
+  const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+  const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+  const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+  const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+  const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+  const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+  const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+  t[0] = _mm_unpacklo_epi64(b0, b4);
+  t[1] = _mm_unpackhi_epi64(b0, b4);
+  t[2] = _mm_unpacklo_epi64(b1, b5);
+  t[3] = _mm_unpackhi_epi64(b1, b5);
+  t[4] = _mm_unpacklo_epi64(b2, b6);
+  t[5] = _mm_unpackhi_epi64(b2, b6);
+  t[6] = _mm_unpacklo_epi64(b3, b7);
+  t[7] = _mm_unpackhi_epi64(b3, b7);
+  for (int i = 0; i < 8; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i * out_ld), t[i]);
+  }
+}
+
 // Rows [m0, m0 + 32) of op(A) into 32 rows of Kp, ld apart (zeros beyond M and K). a is
 // (M x K) row-major, or (K x M) with trans_a.
 void pack_a(const uint16_t* a, bool trans_a, int64_t M, int64_t K, int64_t Kp, int64_t ld,
             int64_t m0, uint16_t* out) {
-  if (trans_a) {  // k outer: each k reads the block's 32 consecutive m of one row of a
+  if (trans_a) {
     const int64_t rows = std::min(kBlock, M - m0);
     std::fill(out, out + kBlock * ld, uint16_t{0});
-    for (int64_t k = 0; k < K; ++k) {
+    int64_t k = 0;
+    if (rows == kBlock) {  // whole 8 x 8 blocks of (k, m); a 32-bit scatter per element was
+      for (; k + 8 <= K; k += 8) {  // as slow as the product for a weight gradient
+        for (int64_t i = 0; i < kBlock; i += 8) {
+          transpose8x8(a + k * M + m0 + i, M, out + i * ld + k, ld);
+        }
+      }
+    }
+    for (; k < K; ++k) {  // the rest: each k reads the block's consecutive m of one row of a
       const uint16_t* in = a + k * M + m0;
       for (int64_t i = 0; i < rows; ++i) out[i * ld + k] = in[i];
     }
@@ -190,18 +226,25 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ff
   const int64_t Kp = std::max<int64_t>(round_up(K, kBlock), kBlock);
   const int64_t Np = round_up(N, kBlock), Mp = round_up(M, kBlock);
 
-  std::vector<uint16_t> packed_b(Np * Kp);  // (Np / 16) blocks of Kp / 2 rows x 32
+  // The packed operands live in the calling thread's buffers, kept across calls: a fresh
+  // vector of megabytes is zeroed and page-faulted in on every call (packing writes every
+  // element, padding included). The lambdas below use pointers to them: a thread_local named
+  // inside a lambda would be the pool thread's own.
+  thread_local std::vector<uint16_t> packed_b, packed_a;
+  if (packed_b.size() < static_cast<size_t>(Np * Kp)) packed_b.resize(Np * Kp);
+  uint16_t* const b_buf = packed_b.data();
   parallel_for(pool, Np / kBlock,
-               [&](int64_t pair) { pack_b(pb, trans_b, K, N, Kp, packed_b.data(), pair); });
+               [&](int64_t pair) { pack_b(pb, trans_b, K, N, Kp, b_buf, pair); });
 
   // A in place when its rows are C's, hold a whole number of K steps and are not a multiple of
   // 4 KB apart (`packed_lda`); else packed once.
   const bool in_place = !trans_a && K == Kp && packed_lda(Kp) == Kp;
   const int64_t lda = packed_lda(Kp);
-  std::vector<uint16_t> packed_a(in_place ? 0 : Mp * lda);
+  if (!in_place && packed_a.size() < static_cast<size_t>(Mp * lda)) packed_a.resize(Mp * lda);
+  uint16_t* const a_buf = packed_a.data();
   if (!in_place) {
     parallel_for(pool, Mp / kBlock, [&](int64_t mb) {
-      pack_a(pa, trans_a, M, K, Kp, lda, mb * kBlock, packed_a.data() + mb * kBlock * lda);
+      pack_a(pa, trans_a, M, K, Kp, lda, mb * kBlock, a_buf + mb * kBlock * lda);
     });
   }
   // B in panels of columns that stay in a core's L2 (~1 MB of packed B) while every block of
@@ -215,15 +258,14 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ff
     alignas(64) float edge[kBlock * kBlock];
     configure_tiles();
     if (in_place && m0 + kBlock <= M) {
-      block_row(pa + m0 * K, K, packed_b.data(), Kp, M, N, m0, n_begin, n_end, pc, edge);
+      block_row(pa + m0 * K, K, b_buf, Kp, M, N, m0, n_begin, n_end, pc, edge);
     } else if (in_place) {  // the last rows of an in-place A: padded to a whole block
       thread_local std::vector<uint16_t> rows;
       rows.resize(kBlock * lda);
       pack_a(pa, false, M, K, Kp, lda, m0, rows.data());
-      block_row(rows.data(), lda, packed_b.data(), Kp, M, N, m0, n_begin, n_end, pc, edge);
+      block_row(rows.data(), lda, b_buf, Kp, M, N, m0, n_begin, n_end, pc, edge);
     } else {
-      block_row(packed_a.data() + m0 * lda, lda, packed_b.data(), Kp, M, N, m0, n_begin, n_end,
-                pc, edge);
+      block_row(a_buf + m0 * lda, lda, b_buf, Kp, M, N, m0, n_begin, n_end, pc, edge);
     }
     _tile_release();
   });
