@@ -274,6 +274,11 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ff
 
 }  // namespace
 
+// Whether Linux granted this process the tiles (1) or not (0): asked once when the library is
+// loaded (poi_jax/layers/cpu_matmul_amx.py), so that a refusal keeps XLA's matmuls at trace time
+// instead of failing the first call of a compiled step.
+extern "C" int PoiCpuMatmulAmxTilesGranted() { return tiles_granted() ? 1 : 0; }
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     PoiCpuMatmulAmx, Matmul,
     ffi::Ffi::Bind()

@@ -57,9 +57,13 @@ def _build_and_register() -> str | None:
     if not os.path.exists(path):
       _log.info("building the AMX matmul kernel (once): %s", path)
       native.build(compiler, _FLAGS, _SOURCE, path)
-    native.load_and_register(path, {_TARGET: "PoiCpuMatmulAmx"})
+    library = native.load_and_register(path, {_TARGET: "PoiCpuMatmulAmx"})
+    granted = library.PoiCpuMatmulAmxTilesGranted()
   except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
     return f"the AMX matmul kernel could not be built or loaded: {e}"
+  if not granted:
+    return ("Linux did not grant this process the AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM: "
+            "a kernel before 5.16, or tiles disabled)")
   return None
 
 

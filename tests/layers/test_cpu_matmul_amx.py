@@ -170,3 +170,20 @@ def test_environment_says_whether_the_dense_layers_run_the_precision(monkeypatch
   with jax.default_matmul_precision("bfloat16"):
     assert environment.describe()["matmul_precision"] == (
         "bfloat16 (dense layers on the AMX kernel)")
+
+
+def test_tiles_refused_by_linux_keep_xla_matmuls(monkeypatch):
+  """A CPU that lists AMX but a kernel that refuses the tiles: unavailable at load time, with
+  the reason, so the dense layers keep XLA's matmuls instead of failing inside a compiled step."""
+  class Library:
+    def PoiCpuMatmulAmxTilesGranted(self):  # pylint: disable=invalid-name
+      return 0
+  monkeypatch.setattr(cpu_matmul_amx, "_state", {})
+  monkeypatch.setattr(cpu_matmul_amx, "cpu_has_amx", lambda: True)
+  monkeypatch.setattr("poi_jax.layers.native.compiler", lambda: "/usr/bin/c++")
+  monkeypatch.setattr("poi_jax.layers.native.library_path", lambda *a: __file__)  # exists
+  monkeypatch.setattr("poi_jax.layers.native.load_and_register", lambda path, targets: Library())
+  assert not cpu_matmul_amx.available()
+  assert "did not grant this process the AMX tiles" in cpu_matmul_amx.unavailable_reason()
+  with jax.default_matmul_precision("bfloat16"):
+    assert not matmul.bfloat16_on_amx()
