@@ -318,12 +318,14 @@ def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path)
   C++ client would crash it; `poi_jax.faults.watchdog.start` registers `finish` at exit, after
   the client's own shutdown (as jax.distributed.initialize's comes first), so it runs first and
   the process exits cleanly. Without it (the old code) the beat thread, beating every
-  millisecond, calls the destroyed client and the process aborts."""
+  millisecond, calls the destroyed client and the process aborts. The timeout is far beyond the
+  script's life and the fake says every process finished, so no verdict can end the process
+  instead (with a 0.5 s timeout a loaded CI host once starved the beat thread into one)."""
   import subprocess
   import sys
   script = tmp_path / "race.py"
   script.write_text(
-      "import atexit, os, time\n"
+      "import atexit, functools, os, time\n"
       "from poi_jax.faults import watchdog\n"
       "class Client:\n"
       "  destroyed = False\n"
@@ -332,15 +334,15 @@ def test_no_heartbeat_reaches_the_client_after_jax_destroys_it_at_exit(tmp_path)
       "    time.sleep(0.0005)\n"
       "  def key_value_dir_get(self, prefix):\n"
       "    if self.destroyed: os.abort()\n"
-      "    return []\n"
+      "    return [(prefix + '0', '1')] if prefix == watchdog._ALL_FINISHED else []\n"
       "client = Client()\n"
       "def shutdown():  # jax.distributed's atexit shutdown\n"
       "  client.destroyed = True\n"
       "  time.sleep(0.2)  # the rest of interpreter shutdown, threads still scheduled\n"
       "atexit.register(shutdown)\n"
       "watchdog._client = lambda: client\n"
-      "dog = watchdog.start(1, 2, timeout_s=0.5)\n"
-      "dog.beat_s = 0.001\n"
+      "watchdog.Watchdog = functools.partial(watchdog.Watchdog, beat_s=0.001)\n"
+      "dog = watchdog.start(1, 2, timeout_s=60)\n"
       "time.sleep(0.2)\n")
   r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                      cwd=str(tmp_path), env={**__import__("os").environ,
