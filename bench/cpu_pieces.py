@@ -16,7 +16,11 @@ Pieces (each compiled on its own in JAX; PyTorch eager, the same work):
   kernel (`poi_jax.layers.attention`) against PyTorch's SDPA; and the native kernel once more
   with the padding's bias at -1e30 instead of the lowest float, which computes the same
   probabilities but makes the kernel attend to every key (its padded tail is not left out:
-  `cpu_attention.cc`, `keys_in_use`), for what leaving it out saves.
+  `cpu_attention.cc`, `keys_in_use`), for what leaving it out saves. With
+  ``--matmul_precision=bfloat16``: JAX under that matmul precision (the native kernel's
+  bfloat16 variant on AMX tiles; XLA's kernels stay float32 on a CPU) against SDPA on bfloat16
+  tensors, what ``torch.autocast("cpu", torch.bfloat16)`` hands it after its bfloat16 linear
+  layers.
 
 Timing: each piece is run ``--repeats`` times after a warm-up and its **minimum** is reported,
 JAX's then PyTorch's, piece by piece (the minimum is the least-disturbed run on a shared
@@ -183,8 +187,10 @@ def attention_pieces(args):
     bw = jax.jit(jax.grad(lambda q, k, v: jnp.sum(every_key(q, k, v)), argnums=(0, 1, 2)))
     out["jax cpu_kernel, every key"] = (lambda: jax.block_until_ready(fw(jq, jk, jv)),
                                         lambda: jax.block_until_ready(bw(jq, jk, jv)))
-  tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-  bias = (1.0 - torch.tensor(am)[:, None, None, :].float()) * torch.finfo(torch.float32).min
+  tdtype = torch.bfloat16 if args.matmul_precision == "bfloat16" else torch.float32
+  tq, tk, tv = (torch.tensor(x, dtype=tdtype, requires_grad=True) for x in (q, k, v))
+  bias = ((1.0 - torch.tensor(am)[:, None, None, :].float())
+          * torch.finfo(torch.float32).min).to(tdtype)
 
   def sdpa():
     split = lambda x: x.view(b, l, heads, dh).transpose(1, 2)
@@ -216,12 +222,16 @@ def main():
   ap.add_argument("--pieces", default="step,attention",
                   help="comma-separated: step (forward, fwd+bwd, update, step), attention")
   ap.add_argument("--clock", default="wall", choices=sorted(CLOCK))
+  ap.add_argument("--matmul_precision", default="", choices=["", "bfloat16"],
+                  help="attention piece: JAX's matmul precision (bfloat16: the native kernel's "
+                       "AMX variant) against SDPA on bfloat16 tensors")
   args = ap.parse_args()
   global _clock
   _clock = CLOCK[args.clock]
   args.remat, args.scan, args.attention = "none", False, "auto"
   from poi_jax import runtime
-  runtime.configure({})  # the engine's defaults (malloc reuse, XLA CPU flags, cache)
+  # The engine's defaults (malloc reuse, XLA CPU flags, cache), and the matmul precision.
+  runtime.configure({"matmul_precision": args.matmul_precision})
   import jax
   import torch
 
@@ -231,7 +241,7 @@ def main():
   print(f"# {' '.join(sys.argv)}")
   print(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads); {args.shape} POI-Net head={args.head}, "
-        f"{args.batch} x {args.seq}, float32; min of {args.repeats} runs, {args.clock} clock, "
+        f"{args.batch} x {args.seq}, float32{', bf16 matmuls' if args.matmul_precision else ''}; min of {args.repeats} runs, {args.clock} clock, "
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {os.getloadavg()[0]:.1f}")
   header = f"{'piece':<46} {'jax ms':>9} {'torch ms':>9} {'torch/jax':>10}"  # > 1: JAX faster
   print(header)

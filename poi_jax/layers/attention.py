@@ -32,6 +32,10 @@ einsum-softmax-einsum.
   position and a seed from the step's key, in the forward and again in the backward, never a
   stored mask): the same rate and scaling as the other kernels, other bits. An error on other
   backends, or when the kernel cannot be built (no C++ compiler; the reason is in the error).
+  Under ``jax_default_matmul_precision=bfloat16`` (``runtime.matmul_precision``) on a CPU with
+  AMX tiles it runs its products in bfloat16 there (``bfloat16=True``: operands rounded, sums
+  and softmax in float32), as the dense layers do (`poi_jax.layers.matmul`); XLA's paths keep
+  float32 on a CPU whatever the precision.
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
@@ -287,6 +291,8 @@ def _note(implementation: str, kind: str, shape, dtype, dropout_active: bool) ->
   b, lq, lk, n, dh = shape
   where = (f"{b}x{lq}x{lk}x{n}x{dh} {jnp.dtype(dtype).name}"
            + (" dropout" if dropout_active else ""))
+  if kind == "cpu_kernel" and cpu_attention.bfloat16_precision():
+    kind = "cpu_kernel bfloat16 (AMX)"  # the kernel's variant for bfloat16 matmul precision
   platform, devices = target.platform_and_devices()
   if implementation != "auto":
     how = "model.attention"
@@ -320,10 +326,11 @@ def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_acti
   kind = _runnable(kind, mask)
   if kind == "cpu_kernel":
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
+    bf16 = cpu_attention.bfloat16_precision()  # bfloat16 matmul precision on AMX tiles
     if not dropout_active:
-      return cpu_attention.attention(q, k, v, bias)
+      return cpu_attention.attention(q, k, v, bias, bfloat16=bf16)
     return cpu_attention.attention(q, k, v, bias, dropout_rate=float(dropout_rate),
-                                   seed=cpu_attention.dropout_seed(key))
+                                   seed=cpu_attention.dropout_seed(key), bfloat16=bf16)
   if kind == "explicit_vjp":
     return _explicit_vjp(q, k, v, mask, dropout_rate, key, not dropout_active)
   if kind == "explicit":

@@ -18,8 +18,11 @@
 //          dP = M * (dO v^T), dv = (P * M)^T dO, and rowsum(dO * out) = rowsum(P * dP) still.
 // Padding: the keys after a row's last key whose bias is above the lowest float (the mask's
 //          value) are left out (`keys_in_use`): their exp(score + bias - max) is 0 exactly, in
-//          the forward and the backward, so a padded window costs its real length.
-// float32 only; bias is additive over keys, (B, Lk). Work is split over (batch, head) pairs on
+//          the forward and the backward, so a padded window costs its real length. The rows'
+//          loops run whole vectors past the last key in use, over a bias padded with -inf
+//          (`padded_bias`): a scalar tail of expf per row cost a third of the forward.
+// float32, and a bfloat16 variant on AMX tiles where the CPU has them (`amx`, below); bias is
+// additive over keys, (B, Lk). Work is split over (batch, head) pairs on
 // XLA's intra-op thread pool; dk and dv accumulate per pair, so no two threads write the same
 // rows.
 //
@@ -38,6 +41,16 @@
 #include <memory>
 #include <type_traits>
 #include <vector>
+
+#if defined(__AMX_BF16__) && defined(__AVX512BF16__)
+// The bfloat16 variant on AMX tiles (`amx` below): built where -march=native enables them.
+#define POI_ATTENTION_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mutex>
+#endif
 
 #include "native_parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -404,6 +417,18 @@ float* scratch(std::vector<float>& buf, int64_t size) {
 
 // ---- Forward ----------------------------------------------------------------------------------
 
+// The bias of one batch row over the keys in use, padded to Lkp with -inf: the rows' loops then
+// run whole vectors to the end (a padded key's exp is 0, and it never is the max; -inf, not the
+// mask's lowest float, so that in a row whose keys are all masked the padding still gets 0).
+void padded_bias(const float* bias_b, const Dims& e, float* out) {
+  std::memcpy(out, bias_b, e.Lk * sizeof(float));
+  std::fill(out + e.Lk, out + e.Lkp, -INFINITY);
+}
+
+// The keys a row's vector loops cover: e.Lk rounded up to whole vectors (within Lkp).
+inline int64_t vector_keys(const Dims& e) { return (e.Lk + W - 1) / W * W; }
+
+
 // The forward of one (batch, head) pair `bh`: its rows of O, MAX and INV.
 void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
                   const float* bias_, const Dropout& dr, float* O, float* MAX, float* INV,
@@ -412,15 +437,18 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
   const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
-  float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp + Lkp);
+  float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp + Lkp * 2);
   float* vp = kt + Dp * Lkp;
   float* qb = vp + Lkp * Dp;
   float* ob = qb + BQ * Dp;
   float* s = ob + BQ * Dp;
   float* kp = s + BQ * Lkp;
   float* mrow = kp + Lkp * Dp;  // the dropout's factors for one query's keys
+  float* bias = mrow + Lkp;
   const float* bias_b = bias_ + b * d.Lk;
   const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
+  padded_bias(bias_b, e, bias);
+  const int64_t n = vector_keys(e);
   gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
   transpose_rows(kp, e, kt);
   gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, vp);
@@ -429,30 +457,25 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
     float inv[BQ];  // 1 / sum(e) per query: the softmax's normalisation, applied after e @ v
     gather(Q, d, d.Lq, b, h, i0, R, scale, qb);  // q / sqrt(D)
     mat_abt(qb, R, kt, e.Dp, e.Lkp, s);
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {  // whole vectors to n (the padding's bias is -inf: exp 0)
       float* sr = s + (int64_t)r * e.Lkp;
-      int64_t j = 0;
-      vf m = splat(kLowest);
-      for (; j + W <= e.Lk; j += W) {
-        vf x = ld(sr + j) + ld(bias_b + j);
+      vf m = splat(-INFINITY);
+      for (int64_t j = 0; j < n; j += W) {
+        vf x = ld(sr + j) + ld(bias + j);
         st(sr + j, x);
         m = x > m ? x : m;
       }
-      float mx = hmax(m);
-      for (; j < e.Lk; ++j) { sr[j] += bias_b[j]; mx = std::max(mx, sr[j]); }
+      const float mx = hmax(m);
       vf acc = {};
-      for (j = 0; j + W <= e.Lk; j += W) {
+      for (int64_t j = 0; j < n; j += W) {
         vf ex = vexp(ld(sr + j) - mx);
         st(sr + j, ex);
         acc += ex;
       }
-      float l = hsum(acc);
-      for (; j < e.Lk; ++j) { sr[j] = std::exp(sr[j] - mx); l += sr[j]; }
-      inv[r] = 1.0f / l;
+      inv[r] = 1.0f / hsum(acc);
       if (dr.on) {  // after the sum: the softmax normalises over every key, dropped or not
-        dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), e.Lk, mrow);
-        for (j = 0; j + W <= e.Lk; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
-        for (; j < e.Lk; ++j) sr[j] *= mrow[j];
+        dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), n, mrow);
+        for (int64_t j = 0; j < n; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
       }
       MAX[bh * d.Lq + i0 + r] = mx;
       INV[bh * d.Lq + i0 + r] = inv[r];
@@ -487,7 +510,7 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
   const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
-  float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2 + Lkp);
+  float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2 + Lkp * 2);
   float* vt = kt + Dp * Lkp;
   float* kp = vt + Dp * Lkp;
   float* dka = kp + Lkp * Dp;
@@ -499,8 +522,11 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   float* p = dqb + BQ * Dp;
   float* ds = p + BQ * Lkp;
   float* mrow = ds + BQ * Lkp;  // the dropout's factors for one query's keys
+  float* bias = mrow + Lkp;
   const float* bias_b = bias_ + b * d.Lk;
   const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
+  padded_bias(bias_b, e, bias);
+  const int64_t n = vector_keys(e);
   gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
   transpose_rows(kp, e, kt);
   gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, dva);  // v's rows, in dva until the loop needs it
@@ -520,31 +546,22 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
       const vf inv = splat(INV[bh * d.Lq + i0 + r]);
       float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP)
       for (int64_t c = 0; c < d.D; ++c) row += dob[r * Dp + c] * ob[r * Dp + c];
-      int64_t j = 0;
+      // Whole vectors to n: a padded key's P is 0, so its dS is 0.
       if (!dr.on) {
-        for (; j + W <= e.Lk; j += W) {
-          vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
+        for (int64_t j = 0; j < n; j += W) {
+          vf pj = vexp(ld(pr + j) + ld(bias + j) - mx) * inv;
           st(pr + j, pj);
           st(dsr + j, pj * (ld(dsr + j) - row));
-        }
-        for (; j < e.Lk; ++j) {
-          pr[j] = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
-          dsr[j] = pr[j] * (dsr[j] - row);
         }
         continue;
       }
       // With dropout: dP = M * (dO v^T), dS = P * (dP - row), and dv takes P * M.
-      dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), e.Lk, mrow);
-      for (; j + W <= e.Lk; j += W) {
-        vf pj = vexp(ld(pr + j) + ld(bias_b + j) - mx) * inv;
+      dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), n, mrow);
+      for (int64_t j = 0; j < n; j += W) {
+        vf pj = vexp(ld(pr + j) + ld(bias + j) - mx) * inv;
         vf mj = ld(mrow + j);
         st(pr + j, pj * mj);
         st(dsr + j, pj * (ld(dsr + j) * mj - row));
-      }
-      for (; j < e.Lk; ++j) {
-        float pj = std::exp(pr[j] + bias_b[j] - mx) * inv[0];
-        pr[j] = pj * mrow[j];
-        dsr[j] = pj * (dsr[j] * mrow[j] - row);
       }
     }
     const int Lk = static_cast<int>(e.Lk);
@@ -573,6 +590,400 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
   });
   return ffi::Error::Success();
 }
+
+// ---- bfloat16 products on AMX tiles ---------------------------------------------------------
+// The same forward and backward with each of the five products' operands rounded to bfloat16
+// (q, k, v, dO, the unnormalised probabilities e (P in the backward) and dS) and their sums in
+// float32 on AMX tiles (TDPBF16PS: a product of two bfloat16 numbers is exact in float32): what
+// `jax_default_matmul_precision=bfloat16` asks of a dot, and what PyTorch's CPU flash attention
+// does under bfloat16 autocast (it keeps e in bfloat16 for e @ v). The softmax, its row maxima
+// and sums, dropout and rowsum(dO * out) stay in float32, as do the scale 1 / sqrt(D) (applied
+// to the float32 scores and gradients, not to a rounded q) and the results.
+//
+// A tile holds 16 rows of 64 bytes; TDPBF16PS multiplies A (16 x 32 bfloat16, row-major) by B
+// (16 rows of 16 columns x 2: "VNNI", each row holding the (k, k + 1) pair of every column) into
+// a 16 x 16 float32 tile. `gemm` works in 32 x 32 blocks of C (four accumulators), K in steps of
+// 32; every size here is padded to a multiple of 32 with zeros (D, the keys in use, the block
+// of BQ = 32 queries). Per (batch, head) pair the B operands made from k and v are packed once;
+// per block of queries the rest. The transposed products (dv = P^T dO, dk = dS^T q) are
+// computed transposed (dv^T = dO^T P, dk^T = q^T dS), so that P and dS are the packed B
+// operands, written in VNNI order straight from the softmax's rows.
+#ifdef POI_ATTENTION_AMX
+namespace amx {
+
+constexpr int64_t T = 32;  // block rows, columns and K step
+constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an extended state component
+constexpr int kXfeatureXtiledata = 18;     // the AMX tile data
+
+inline int64_t up(int64_t x) { return (x + T - 1) / T * T; }
+
+// Linux hands the tiles' state to a process only when it asks (once per process).
+bool tiles_granted() {
+  static std::once_flag once;
+  static bool granted = false;
+  std::call_once(once, [] {
+    granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  });
+  return granted;
+}
+
+// Tiles 0-3: C's 2 x 2 accumulators; 4, 5: A's two 16-row halves; 6, 7: B's two 16-column
+// halves. The configuration is per thread: loaded at the start of every pair's work.
+void configure() {
+  struct {
+    uint8_t palette = 1, start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+}
+
+typedef float f16v __attribute__((vector_size(64)));
+typedef uint32_t u16v __attribute__((vector_size(64)));
+typedef uint16_t h16v __attribute__((vector_size(32)));
+
+// Sixteen floats rounded to bfloat16 (to nearest, ties to even; the bits in the high halves).
+inline u16v rounded(f16v x) {
+  u16v b;
+  std::memcpy(&b, &x, sizeof(b));
+  return (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+}
+inline uint16_t rounded(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+inline f16v ld16(const float* p) { f16v v; std::memcpy(&v, p, sizeof(v)); return v; }
+
+// rows x cols floats (row stride ld) -> bfloat16 rows x cols (row stride ldo), cols a multiple
+// of 16 (the caller zeroes what it pads).
+void to_bf16(const float* in, int64_t ld, int64_t rows, int64_t cols, uint16_t* out,
+             int64_t ldo) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; c += 16) {
+      const h16v h = __builtin_convertvector(rounded(ld16(in + r * ld + c)) >> 16, h16v);
+      std::memcpy(out + r * ldo + c, &h, sizeof(h));
+    }
+  }
+}
+
+// B (K x N, K and N multiples of 32) from rows of floats, B[k][n] = in[k * ld + n] for k < rows
+// (zero beyond), packed: per 16 columns, K / 2 rows of 16 (k, k + 1) pairs. `in` has N columns.
+void pack_rows(const float* in, int64_t ld, int64_t rows, int64_t K, int64_t N, uint16_t* out) {
+  uint32_t* o = reinterpret_cast<uint32_t*>(out);
+  for (int64_t kp = 0; kp < K / 2; ++kp) {
+    const int64_t k0 = 2 * kp, k1 = k0 + 1;
+    for (int64_t n = 0; n < N; n += 16) {
+      const u16v lo = k0 < rows ? rounded(ld16(in + k0 * ld + n)) >> 16 : u16v{};
+      const u16v hi = k1 < rows ? rounded(ld16(in + k1 * ld + n)) : u16v{};
+      const u16v pair = lo | hi;
+      std::memcpy(o + ((n / 16) * (K / 2) + kp) * 16, &pair, sizeof(pair));
+    }
+  }
+}
+
+// The same B from its transpose: B[k][n] = in[n * ld + k] for n < rows (zero beyond); `in` has
+// K columns (zero padded).
+void pack_columns(const float* in, int64_t ld, int64_t rows, int64_t K, int64_t N,
+                  uint16_t* out) {
+  uint32_t* o = reinterpret_cast<uint32_t*>(out);
+  for (int64_t n = 0; n < N; ++n) {
+    uint32_t* column = o + (n / 16) * (K / 2) * 16 + n % 16;
+    if (n >= rows) {
+      for (int64_t kp = 0; kp < K / 2; ++kp) column[kp * 16] = 0;
+      continue;
+    }
+    const float* row = in + n * ld;
+    for (int64_t kp = 0; kp < K / 2; ++kp) {
+      column[kp * 16] = rounded(row[2 * kp]) | static_cast<uint32_t>(rounded(row[2 * kp + 1])) << 16;
+    }
+  }
+}
+
+// out (cols x rows bfloat16, row stride ldo) = the transpose of in (rows x cols floats).
+void transposed_bf16(const float* in, int64_t ld, int64_t rows, int64_t cols, uint16_t* out,
+                     int64_t ldo) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * ldo + r] = rounded(in[r * ld + c]);
+}
+
+// C (M x N floats, row stride ldc) = A (M x K bfloat16, row stride lda) @ B (packed), or += with
+// accumulate. M, N and K multiples of 32.
+void gemm(const uint16_t* A, int64_t lda, int64_t M, int64_t K, const uint16_t* B, int64_t N,
+          float* C, int64_t ldc, bool accumulate) {
+  const int64_t b_half = (K / 2) * 32;  // one 16-column block of packed B, in bfloat16s
+  for (int64_t m = 0; m < M; m += T) {
+    const uint16_t* a = A + m * lda;
+    for (int64_t n = 0; n < N; n += T) {
+      float* c = C + m * ldc + n;
+      if (accumulate) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t* b0 = B + (n / 16) * b_half;
+      const uint16_t* b1 = b0 + b_half;
+      for (int64_t k = 0; k < K; k += T) {
+        _tile_loadd(4, a + k, lda * 2);
+        _tile_loadd(5, a + 16 * lda + k, lda * 2);
+        _tile_loadd(6, b0 + (k / 2) * 32, 64);
+        _tile_loadd(7, b1 + (k / 2) * 32, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c, ldc * 4);
+      _tile_stored(1, c + 16, ldc * 4);
+      _tile_stored(2, c + 16 * ldc, ldc * 4);
+      _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    }
+  }
+}
+
+// `d` with D and the keys padded to multiples of 32 (Dp, Lkp: the packed sizes here).
+Dims padded(Dims d) {
+  d.Dp = static_cast<int>(up(d.D));
+  d.Lkp = static_cast<int>(up(d.Lk));
+  return d;
+}
+
+// A thread's scratch of `floats` floats, as floats and as bfloat16s.
+struct Scratch {
+  float* at;
+  float* f(int64_t n) { float* p = at; at += (n + 15) / 16 * 16; return p; }
+  uint16_t* h(int64_t n) { return reinterpret_cast<uint16_t*>(f((n + 1) / 2)); }
+};
+
+// Softmax row r of the block (scores s, row stride Lkp; keys [0, e.Lk) in use, `bias` padded by
+// `padded_bias`): s <- e = exp(s * scale + bias - max) (times dropout's factor), zeros from
+// e.Lk to Lkp; returns max and 1 / sum(e), the sum over every key in use, dropped or not.
+void softmax_row(float* sr, const Dims& e, float scale, const float* bias, const Dropout& dr,
+                 uint32_t row_key_, float* mrow, float* mx_out, float* inv_out) {
+  const int64_t n = vector_keys(e);
+  vf m = splat(-INFINITY);
+  for (int64_t j = 0; j < n; j += W) {
+    const vf x = ld(sr + j) * scale + ld(bias + j);
+    st(sr + j, x);
+    m = x > m ? x : m;
+  }
+  const float mx = hmax(m);
+  vf acc = {};
+  for (int64_t j = 0; j < n; j += W) {
+    const vf ex = vexp(ld(sr + j) - mx);
+    st(sr + j, ex);
+    acc += ex;
+  }
+  if (dr.on) {  // after the sum: the softmax normalises over every key, dropped or not
+    dropout_row(dr, row_key_, n, mrow);
+    for (int64_t j = 0; j < n; j += W) st(sr + j, ld(sr + j) * ld(mrow + j));
+  }
+  std::fill(sr + n, sr + e.Lkp, 0.f);
+  *mx_out = mx;
+  *inv_out = 1.0f / hsum(acc);
+}
+
+void forward_head(const Dims& d0, const float* Q, const float* K, const float* V,
+                  const float* bias_, const Dropout& dr, float* O, float* MAX, float* INV,
+                  int64_t bh) {
+  configure();
+  const Dims d = padded(d0);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const int64_t b = bh / d.N, h = bh % d.N;
+  const float* bias_b = bias_ + b * d.Lk;
+  const Dims e = padded(keys_in_use(d, bias_b));
+  const int64_t Dp = d.Dp, Lkp = e.Lkp;
+  thread_local std::vector<float> buf;
+  Scratch sc{scratch(buf, d.Lkp * Dp * 4 + T * Dp * 3 + T * d.Lkp * 2 + d.Lkp * 2 + 256)};
+  float* kf = sc.f(d.Lkp * Dp);
+  float* vfl = sc.f(d.Lkp * Dp);
+  uint16_t* kt = sc.h(Dp * d.Lkp);  // B of q k^T: K = D, N = keys
+  uint16_t* vb = sc.h(d.Lkp * Dp);  // B of e v: K = keys, N = D
+  float* qf = sc.f(T * Dp);
+  uint16_t* qa = sc.h(T * Dp);
+  float* s = sc.f(T * d.Lkp);
+  uint16_t* ea = sc.h(T * d.Lkp);
+  float* ob = sc.f(T * Dp);
+  float* mrow = sc.f(d.Lkp);
+  float* biasp = sc.f(d.Lkp);
+  padded_bias(bias_b, e, biasp);
+  gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kf);
+  gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, vfl);
+  pack_columns(kf, Dp, e.Lk, Dp, Lkp, kt);
+  pack_rows(vfl, Dp, e.Lk, Lkp, Dp, vb);
+  for (int64_t i0 = 0; i0 < d.Lq; i0 += T) {
+    const int R = static_cast<int>(std::min<int64_t>(T, d.Lq - i0));
+    float inv[T];
+    gather(Q, d, d.Lq, b, h, i0, R, 1.f, qf);
+    std::fill(qf + R * Dp, qf + T * Dp, 0.f);
+    to_bf16(qf, Dp, T, Dp, qa, Dp);
+    gemm(qa, Dp, T, Dp, kt, Lkp, s, Lkp, false);
+    for (int r = 0; r < R; ++r) {
+      float mx;
+      softmax_row(s + r * Lkp, e, scale, biasp, dr, dr.on ? row_key(dr, bh, d.Lq, i0 + r) : 0,
+                  mrow, &mx, &inv[r]);
+      MAX[bh * d.Lq + i0 + r] = mx;
+      INV[bh * d.Lq + i0 + r] = inv[r];
+    }
+    std::fill(s + R * Lkp, s + T * Lkp, 0.f);
+    to_bf16(s, Lkp, T, Lkp, ea, Lkp);
+    gemm(ea, Lkp, T, Lkp, vb, Dp, ob, Dp, false);  // unnormalised: e @ v
+    for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
+  }
+}
+
+void backward_head(const Dims& d0, const float* Q, const float* K, const float* V,
+                   const float* bias_, const Dropout& dr, const float* O, const float* MAX,
+                   const float* INV, const float* DO, float* DQ, float* DK, float* DV,
+                   int64_t bh) {
+  configure();
+  const Dims d = padded(d0);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const int64_t b = bh / d.N, h = bh % d.N;
+  const float* bias_b = bias_ + b * d.Lk;
+  const Dims e = padded(keys_in_use(d, bias_b));
+  const int64_t Dp = d.Dp, Lkp = e.Lkp;
+  thread_local std::vector<float> buf;
+  Scratch sc{scratch(buf, d.Lkp * Dp * 7 + T * Dp * 7 + T * d.Lkp * 5 + d.Lkp * 2 + 512)};
+  float* kf = sc.f(d.Lkp * Dp);
+  float* vfl = sc.f(d.Lkp * Dp);
+  uint16_t* kt = sc.h(Dp * d.Lkp);  // B of q k^T
+  uint16_t* vt = sc.h(Dp * d.Lkp);  // B of dO v^T: K = D, N = keys
+  uint16_t* kb = sc.h(d.Lkp * Dp);  // B of dS k: K = keys, N = D
+  float* dvt = sc.f(Dp * d.Lkp);    // dv^T and dk^T (D x keys), accumulated over the blocks
+  float* dkt = sc.f(Dp * d.Lkp);
+  float* qf = sc.f(T * Dp);
+  float* dof = sc.f(T * Dp);
+  float* of = sc.f(T * Dp);
+  float* dqb = sc.f(T * Dp);
+  uint16_t* qa = sc.h(T * Dp);
+  uint16_t* doa = sc.h(T * Dp);
+  uint16_t* qta = sc.h(Dp * T);   // q^T, dO^T: A of dk^T, dv^T (D x queries)
+  uint16_t* dota = sc.h(Dp * T);
+  float* p = sc.f(T * d.Lkp);
+  float* ds = sc.f(T * d.Lkp);
+  uint16_t* pb = sc.h(T * d.Lkp);   // P and dS as B (K = queries, N = keys)
+  uint16_t* dsb = sc.h(T * d.Lkp);
+  uint16_t* dsa = sc.h(T * d.Lkp);  // dS as A (queries x keys)
+  float* mrow = sc.f(d.Lkp);
+  float* biasp = sc.f(d.Lkp);
+  padded_bias(bias_b, e, biasp);
+  const int64_t n = vector_keys(e);
+  gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kf);
+  gather(V, e, d.Lk, b, h, 0, e.Lk, 1.f, vfl);
+  pack_columns(kf, Dp, e.Lk, Dp, Lkp, kt);
+  pack_columns(vfl, Dp, e.Lk, Dp, Lkp, vt);
+  pack_rows(kf, Dp, e.Lk, Lkp, Dp, kb);
+  std::fill(dvt, dvt + Dp * Lkp, 0.f);
+  std::fill(dkt, dkt + Dp * Lkp, 0.f);
+  for (int64_t i0 = 0; i0 < d.Lq; i0 += T) {
+    const int R = static_cast<int>(std::min<int64_t>(T, d.Lq - i0));
+    gather(Q, d, d.Lq, b, h, i0, R, 1.f, qf);
+    gather(DO, d, d.Lq, b, h, i0, R, 1.f, dof);
+    gather(O, d, d.Lq, b, h, i0, R, 1.f, of);
+    std::fill(qf + R * Dp, qf + T * Dp, 0.f);
+    std::fill(dof + R * Dp, dof + T * Dp, 0.f);
+    to_bf16(qf, Dp, T, Dp, qa, Dp);
+    to_bf16(dof, Dp, T, Dp, doa, Dp);
+    transposed_bf16(qf, Dp, T, Dp, qta, T);
+    transposed_bf16(dof, Dp, T, Dp, dota, T);
+    gemm(qa, Dp, T, Dp, kt, Lkp, p, Lkp, false);    // scores / scale
+    gemm(doa, Dp, T, Dp, vt, Lkp, ds, Lkp, false);  // dP = dO v^T
+    for (int r = 0; r < R; ++r) {
+      float* pr = p + (int64_t)r * Lkp;
+      float* dsr = ds + (int64_t)r * Lkp;
+      const float mx = MAX[bh * d.Lq + i0 + r];
+      const vf inv = splat(INV[bh * d.Lq + i0 + r]);
+      float row = 0.f;  // rowsum(dO * out) = rowsum(P * dP), from the float32 values
+      for (int64_t c = 0; c < d.D; ++c) row += dof[r * Dp + c] * of[r * Dp + c];
+      if (dr.on) dropout_row(dr, row_key(dr, bh, d.Lq, i0 + r), n, mrow);
+      for (int64_t j = 0; j < n; j += W) {  // (a padded key: P = 0, so dS = 0)
+        const vf pj = vexp(ld(pr + j) * scale + ld(biasp + j) - mx) * inv;
+        const vf mj = dr.on ? ld(mrow + j) : splat(1.f);
+        st(pr + j, pj * mj);
+        st(dsr + j, pj * (ld(dsr + j) * mj - row));
+      }
+      std::fill(pr + n, pr + Lkp, 0.f);
+      std::fill(dsr + n, dsr + Lkp, 0.f);
+    }
+    pack_rows(p, Lkp, R, T, Lkp, pb);
+    pack_rows(ds, Lkp, R, T, Lkp, dsb);
+    std::fill(ds + R * Lkp, ds + T * Lkp, 0.f);
+    to_bf16(ds, Lkp, T, Lkp, dsa, Lkp);
+    gemm(dota, T, Dp, T, pb, Lkp, dvt, Lkp, true);   // dv^T += dO^T P
+    gemm(qta, T, Dp, T, dsb, Lkp, dkt, Lkp, true);   // dk^T += q^T dS (times scale below)
+    gemm(dsa, Lkp, T, Lkp, kb, Dp, dqb, Dp, false);  // dq = dS k (times scale)
+    scatter(dqb, d, d.Lq, b, h, i0, R, scale, DQ);
+  }
+  // dk, dv: the transposes of dk^T, dv^T; the keys left out (past e.Lk) get zeros.
+  for (int64_t j = 0; j < d.Lk; ++j) {
+    float* dkr = DK + ((b * d.Lk + j) * d.N + h) * d.D;
+    float* dvr = DV + ((b * d.Lk + j) * d.N + h) * d.D;
+    if (j >= e.Lk) {
+      std::fill(dkr, dkr + d.D, 0.f);
+      std::fill(dvr, dvr + d.D, 0.f);
+      continue;
+    }
+    for (int64_t c = 0; c < d.D; ++c) {
+      dkr[c] = dkt[c * Lkp + j] * scale;
+      dvr[c] = dvt[c * Lkp + j];
+    }
+  }
+}
+
+}  // namespace amx
+
+ffi::Error ForwardAmx(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                      ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                      ffi::Buffer<ffi::U32> seed, ffi::ResultBuffer<ffi::F32> out,
+                      ffi::ResultBuffer<ffi::F32> row_max, ffi::ResultBuffer<ffi::F32> inv_sum,
+                      float dropout_rate) {
+  if (!amx::tiles_granted()) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "Linux did not grant this process the AMX tiles");
+  }
+  const Dims d = dims_of(q, k);
+  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
+  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
+    amx::forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
+                      out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error BackwardAmx(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                       ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                       ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::F32> out,
+                       ffi::Buffer<ffi::F32> row_max, ffi::Buffer<ffi::F32> inv_sum,
+                       ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
+                       ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv,
+                       float dropout_rate) {
+  if (!amx::tiles_granted()) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "Linux did not grant this process the AMX tiles");
+  }
+  const Dims d = dims_of(q, k);
+  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
+  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
+    amx::backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
+                       out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
+                       d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(),
+                       bh);
+  });
+  return ffi::Error::Success();
+}
+#endif  // POI_ATTENTION_AMX
 
 }  // namespace
 
@@ -609,3 +1020,42 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Ret<ffi::Buffer<ffi::F32>>()  // dv
         .Attr<float>("dropout_rate")
 );
+
+#ifdef POI_ATTENTION_AMX
+// Whether Linux granted this process the AMX tiles (asks once); Python checks it when loading.
+extern "C" int PoiCpuAttentionAmxTilesGranted() { return amx::tiles_granted() ? 1 : 0; }
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PoiCpuAttentionForwardAmx, ForwardAmx,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::ThreadPool>()
+        .Arg<ffi::Buffer<ffi::F32>>()  // q (B, Lq, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // k (B, Lk, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // v (B, Lk, N, D)
+        .Arg<ffi::Buffer<ffi::F32>>()  // bias (B, Lk)
+        .Arg<ffi::Buffer<ffi::U32>>()  // seed (2,)
+        .Ret<ffi::Buffer<ffi::F32>>()  // out (B, Lq, N, D)
+        .Ret<ffi::Buffer<ffi::F32>>()  // row_max (B, N, Lq)
+        .Ret<ffi::Buffer<ffi::F32>>()  // inv_sum (B, N, Lq)
+        .Attr<float>("dropout_rate")
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    PoiCpuAttentionBackwardAmx, BackwardAmx,
+    ffi::Ffi::Bind()
+        .Ctx<ffi::ThreadPool>()
+        .Arg<ffi::Buffer<ffi::F32>>()  // q
+        .Arg<ffi::Buffer<ffi::F32>>()  // k
+        .Arg<ffi::Buffer<ffi::F32>>()  // v
+        .Arg<ffi::Buffer<ffi::F32>>()  // bias
+        .Arg<ffi::Buffer<ffi::U32>>()  // seed
+        .Arg<ffi::Buffer<ffi::F32>>()  // out
+        .Arg<ffi::Buffer<ffi::F32>>()  // row_max
+        .Arg<ffi::Buffer<ffi::F32>>()  // inv_sum
+        .Arg<ffi::Buffer<ffi::F32>>()  // d_out
+        .Ret<ffi::Buffer<ffi::F32>>()  // dq
+        .Ret<ffi::Buffer<ffi::F32>>()  // dk
+        .Ret<ffi::Buffer<ffi::F32>>()  // dv
+        .Attr<float>("dropout_rate")
+);
+#endif  // POI_ATTENTION_AMX

@@ -23,6 +23,15 @@ a failed build: `available()` is False with the reason (`unavailable_reason()`),
 and ``model.attention=auto`` keeps the ``explicit_vjp`` path; ``model.attention=cpu_kernel``
 raises that reason.
 
+**bfloat16 on AMX tiles.** Where ``-march=native`` enables AMX-BF16 (Intel Xeons from Sapphire
+Rapids on) the library also has a bfloat16 variant (`attention(..., bfloat16=True)`,
+`amx_available()`): the same blocks, with the operands of the five products (q, k, v, dO, the
+probabilities, dS) rounded to bfloat16 and multiplied on the tiles, the sums, softmax and
+results in float32, what ``jax_default_matmul_precision=bfloat16`` asks of a dot and what
+PyTorch's CPU attention computes under bfloat16 autocast. ``model.attention=cpu_kernel`` (or
+``auto`` choosing it) runs it under that precision (``runtime.matmul_precision=bfloat16``),
+with the dense layers on the AMX matmul kernel (`poi_jax.layers.matmul`).
+
 `attention(q, k, v, bias)` is differentiable (custom VJP: the backward recomputes the
 probabilities from the forward's row maxima and sums, as flash attention does from their
 log-sum-exp). Under `jax.vmap` it runs once per mapped element (with dropout, a seed shared by
@@ -48,6 +57,9 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attentio
 _FLAGS = native.BASE_FLAGS
 _TARGETS = {"poi_jax_cpu_attention_fwd": "PoiCpuAttentionForward",
             "poi_jax_cpu_attention_bwd": "PoiCpuAttentionBackward"}
+# The bfloat16 variant on AMX tiles: in the library when -march=native enables AMX-BF16.
+_AMX_TARGETS = {"poi_jax_cpu_attention_amx_fwd": "PoiCpuAttentionForwardAmx",
+                "poi_jax_cpu_attention_amx_bwd": "PoiCpuAttentionBackwardAmx"}
 CACHE_ENV = native.CACHE_ENV
 # "WxRxC": vectors of W floats (4, 8 or 16) and register tiles of R rows x C vectors, instead of
 # the kernel's choice for the machine (for tests and tuning; the library name hashes it too).
@@ -119,12 +131,26 @@ def _build_and_register() -> str | None:
       if not os.path.exists(path):
         _log.info("building the CPU attention kernel (once): %s", path)
         native.build(compiler, _flags(), _SOURCE, path)
-      native.load_and_register(path, _TARGETS)
+      library = native.load_and_register(path, _TARGETS)
     except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
       reason = f"the CPU attention kernel could not be built or loaded: {e}"
   if reason is not None:
     _log.warning("%s; attention uses XLA's ops (model.attention=explicit_vjp)", reason)
+  else:
+    _state["amx_reason"] = _register_amx(library)
   return reason
+
+
+def _register_amx(library) -> str | None:
+  """Registers the bfloat16 variant when the library has it and Linux grants the tiles; None
+  then, else why not."""
+  if not hasattr(library, "PoiCpuAttentionForwardAmx"):
+    return "the kernel was built without AMX-BF16 (this CPU, or its compiler, has none)"
+  if not library.PoiCpuAttentionAmxTilesGranted():
+    return ("Linux did not grant this process the AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM: "
+            "a kernel before 5.16, or tiles disabled)")
+  native.load_and_register(path=None, targets=_AMX_TARGETS, library=library)
+  return None
 
 
 def available() -> bool:
@@ -138,30 +164,53 @@ def unavailable_reason() -> str | None:
   return _state["reason"]
 
 
-def _forward_call(q, k, v, bias, seed, rate):
+def amx_available() -> bool:
+  """Whether the bfloat16 variant (``bfloat16=True``, on AMX tiles) is built and registered."""
+  return _load() and _state.get("amx_reason") is None
+
+
+def amx_unavailable_reason() -> str | None:
+  """Why `amx_available()` is False (None when it is True)."""
+  if not _load():
+    return _state["reason"]
+  return _state.get("amx_reason")
+
+
+def bfloat16_precision() -> bool:
+  """Whether attention traced now takes the bfloat16 variant: the matmul precision asks for
+  bfloat16 (``jax_default_matmul_precision``, ``runtime.matmul_precision``) and the variant is
+  available (the dense layers' rule, `poi_jax.layers.matmul`)."""
+  return jax.config.jax_default_matmul_precision == "bfloat16" and amx_available()
+
+
+def _target(name: str, bfloat16: bool) -> str:
+  return f"poi_jax_cpu_attention_amx_{name}" if bfloat16 else f"poi_jax_cpu_attention_{name}"
+
+
+def _forward_call(q, k, v, bias, seed, rate, bfloat16):
   b, lq, n, _ = q.shape
   return jax.ffi.ffi_call(
-      "poi_jax_cpu_attention_fwd",
+      _target("fwd", bfloat16),
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32),   # each query's max score
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32)),  # and 1 / sum(exp(score - max))
       vmap_method="sequential")(q, k, v, bias, seed, dropout_rate=np.float32(rate))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _attention(q, k, v, bias, seed, rate):
-  return _forward_call(q, k, v, bias, seed, rate)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attention(q, k, v, bias, seed, rate, bfloat16):
+  return _forward_call(q, k, v, bias, seed, rate, bfloat16)[0]
 
 
-def _attention_fwd(q, k, v, bias, seed, rate):
-  out, row_max, inv_sum = _forward_call(q, k, v, bias, seed, rate)
+def _attention_fwd(q, k, v, bias, seed, rate, bfloat16):
+  out, row_max, inv_sum = _forward_call(q, k, v, bias, seed, rate, bfloat16)
   return out, (q, k, v, bias, seed, out, row_max, inv_sum)
 
 
-def _attention_bwd(rate, residuals, d_out):
+def _attention_bwd(rate, bfloat16, residuals, d_out):
   q, k, v, bias, seed, out, row_max, inv_sum = residuals
   dq, dk, dv = jax.ffi.ffi_call(
-      "poi_jax_cpu_attention_bwd",
+      _target("bwd", bfloat16),
       tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v)),
       vmap_method="sequential")(q, k, v, bias, seed, out, row_max, inv_sum, d_out,
                                 dropout_rate=np.float32(rate))
@@ -179,7 +228,8 @@ def dropout_seed(key: jax.Array) -> jax.Array:
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None, *,
-              dropout_rate: float = 0.0, seed: jax.Array | None = None) -> jax.Array:
+              dropout_rate: float = 0.0, seed: jax.Array | None = None,
+              bfloat16: bool = False) -> jax.Array:
   """``dropout(softmax(q k^T / sqrt(Dh) + bias)) v`` per head, computed in float32.
 
   Args:
@@ -190,11 +240,17 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None, 
       forward and again in the backward, never stored; kept probabilities are scaled by
       ``1 / (1 - rate)``. Its bits are not `jax.random.bernoulli`'s (the other kernels' masks).
     seed: ``(2,)`` uint32, required when ``dropout_rate > 0``.
+    bfloat16: the variant on AMX tiles (`amx_available`): the operands of the five products
+      (q, k, v, dO, the probabilities, dS) rounded to bfloat16, their sums, the softmax and the
+      results in float32, as ``jax_default_matmul_precision=bfloat16`` asks of a dot and as
+      PyTorch's CPU attention computes under bfloat16 autocast.
   Returns:
     ``(B, Lq, N, Dh)`` in the dtype of ``v``.
   """
   if not _load():
     raise RuntimeError(f"model.attention=cpu_kernel: {_state['reason']}")
+  if bfloat16 and not amx_available():
+    raise RuntimeError(f"cpu_attention.attention(bfloat16=True): {amx_unavailable_reason()}")
   # The kernel indexes its buffers by these shapes and checks nothing itself.
   if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2:]) != (
       k.shape[0], k.shape[2:]):
@@ -214,4 +270,5 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None, 
   if seed.shape != (2,):
     raise ValueError(f"cpu_attention.attention: seed must be (2,) uint32, got {seed.shape}")
   f32 = lambda x: x.astype(jnp.float32)
-  return _attention(f32(q), f32(k), f32(v), f32(bias), seed, float(dropout_rate)).astype(v.dtype)
+  return _attention(f32(q), f32(k), f32(v), f32(bias), seed, float(dropout_rate),
+                    bool(bfloat16)).astype(v.dtype)

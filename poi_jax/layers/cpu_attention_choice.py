@@ -14,7 +14,9 @@ cuDNN's and XLA's GPU autotuners do for their own kernels:
 * **Cache**: one JSON file in the kernel cache (`cpu_attention.cache_dir`,
   ``$POI_JAX_KERNEL_CACHE``), keyed by the CPU (model name and feature flags), the usable cores,
   jaxlib's version, the native kernel's build (`cpu_attention.build_id`: a changed kernel is
-  timed again), ``$XLA_FLAGS`` when set, the dtype, dropout and the shape; written atomically (a
+  timed again), ``$XLA_FLAGS`` when set, the dtype (and whether the native kernel runs its
+  bfloat16 variant: bfloat16 matmul precision on AMX tiles), dropout and the shape; written
+  atomically (a
   temporary file renamed), so a concurrent writer costs at most a second timing. Another machine
   sharing the home directory gets keys of its own.
 * **No timing** (the rule instead: the native kernel where it applies, else ``explicit_vjp``)
@@ -119,8 +121,10 @@ def _xla_flags_part() -> str:
 def key_of(shape: tuple[int, ...], dtype, dropout: bool) -> str:
   # The native kernel's build (source, flags, compiler) is in the key: a timing of one build says
   # nothing of the next (the AVX2 fix of 2026-11-27 made it 11x faster on such a CPU).
+  # The native kernel's bfloat16 variant (bfloat16 matmul precision on AMX) is timed apart.
+  precision = "|bf16 matmuls" if cpu_attention.bfloat16_precision() else ""
   return (f"{cpu_identity()}|kernel {cpu_attention.build_id()}{_xla_flags_part()}|"
-          f"{jax.numpy.dtype(dtype).name}|dropout {int(dropout)}|"
+          f"{jax.numpy.dtype(dtype).name}{precision}|dropout {int(dropout)}|"
           f"shape {'x'.join(map(str, shape))}")
 
 
