@@ -7,6 +7,8 @@ reports each variant's **minimum** and median, and its speed relative to the fir
   python bench/cpu_ab.py                                # torch vs the engine's defaults
   python bench/cpu_ab.py --torch_compile --rounds=10    # and torch.compile + fused AdamW
   python bench/cpu_ab.py --torch_compile --floor        # and the dense matmuls alone
+  python bench/cpu_ab.py --torch_compile --bf16         # PyTorch bf16 autocast against JAX's
+                                                        # bfloat16 matmul precision (AMX)
   python bench/cpu_ab.py --variant="attention xla::--attention=xla" \
       --variant="xnn greedy:--xla_gpu_...=1:" --rounds=8
 
@@ -20,6 +22,9 @@ child's environment (added to the engine's ``runtime.xla_cpu_flags``), ``EXTRA``
 read by glibc when the process starts, so it cannot be set from inside). The workload is `bench/train_step.py`'s (POI-Net on a random ``--shape`` encoder,
 dropout off unless ``--dropout``, ``--batch`` x ``--seq``, float32); ``--workload=encoder`` times BERT-style encoder
 forward+backward only, as `bench/encoder.py` does (``--dropout`` too: both in training mode).
+``--bf16`` (the step workload): the PyTorch rows under ``torch.autocast("cpu", torch.bfloat16)``
+and every JAX variant under ``--matmul_precision=bfloat16`` (unless it sets its own): float32
+parameters and activations, bfloat16 matmuls, on AMX tiles where the CPU has them (both sides).
 """
 from __future__ import annotations
 
@@ -60,15 +65,15 @@ def _torch_fn(args):
   class A:
     shape, head = args.shape, "poi"
   batch_np = ts.make_batch(args.batch, args.seq)
-  return lambda: _torch_step(A, batch_np, args.torch_compile_mode)
+  return lambda: _torch_step(A, batch_np, args.torch_compile_mode, args.bf16)
 
 
-def _torch_step(a, batch_np, compile_mode="", _cache={}):
+def _torch_step(a, batch_np, compile_mode="", autocast_bf16=False, _cache={}):
   """One PyTorch training step on the CPU, as `bench/train_step.py`'s rows (eager, or
-  ``compile_mode``: torch.compile with the fused AdamW)."""
+  ``compile_mode``: torch.compile with the fused AdamW; ``autocast_bf16``: under bf16 autocast)."""
   if "one" not in _cache:
     from bench import train_step as ts
-    _cache["one"] = ts.torch_one_step(a.shape, a.head, batch_np,
+    _cache["one"] = ts.torch_one_step(a.shape, a.head, batch_np, autocast_bf16=autocast_bf16,
                                       compile_mode=compile_mode or None)
   _cache["one"]()
 
@@ -109,7 +114,7 @@ def _encoder_inputs(args, vocab):
 
 def _jax_fn(args):
   from poi_jax import runtime
-  runtime.configure(dict(cpu_malloc=args.cpu_malloc))
+  runtime.configure(dict(cpu_malloc=args.cpu_malloc, matmul_precision=args.matmul_precision))
   if args.prng:
     import jax
     jax.config.update("jax_default_prng_impl", args.prng)
@@ -198,6 +203,10 @@ def main():
   ap.add_argument("--cpu_malloc", default="reuse")
   ap.add_argument("--prng", default="")
   ap.add_argument("--torch_compile_mode", default="")
+  ap.add_argument("--bf16", action="store_true",
+                  help="PyTorch rows under bf16 autocast, JAX variants under "
+                       "--matmul_precision=bfloat16 (step workload)")
+  ap.add_argument("--matmul_precision", default="", help="a JAX variant's runtime.matmul_precision")
   args = ap.parse_args()
   args.shape = args.shape or ("minilm" if args.workload == "step" else "bert-base")
   args.seq = args.seq or (256 if args.workload == "step" else 384)
@@ -210,15 +219,23 @@ def main():
     return
   common = [f"--clock={args.clock}", f"--workload={args.workload}", f"--shape={args.shape}",
             f"--batch={args.batch}", f"--seq={args.seq}", f"--dropout={args.dropout}", "--child"]
-  specs = [] if args.no_torch else [("torch eager", None, ["--torch"])]
+  if args.bf16 and args.workload != "step":
+    ap.error("--bf16: the step workload only")
+  bf16 = ["--bf16"] if args.bf16 else []
+  cast = ", bf16 autocast" if args.bf16 else ""
+  specs = [] if args.no_torch else [(f"torch eager{cast}", None, ["--torch", *bf16])]
   if args.torch_compile and not args.no_torch:
     if args.workload != "step":
       ap.error("--torch_compile: the step workload only")
-    specs.append(("torch.compile, fused AdamW", None, ["--torch", "--torch_compile_mode=default"]))
+    specs.append((f"torch.compile, fused AdamW{cast}", None,
+                  ["--torch", "--torch_compile_mode=default", *bf16]))
   torch_rows = [label for label, _, extra in specs if "--torch" in extra]
   for v in args.variant or ["jax (engine defaults)::"]:
     label, flags, extra = (v.split(":", 2) + ["", ""])[:3]
-    specs.append((label, flags, extra.split()))
+    extra = extra.split()
+    if args.bf16 and not any(w.startswith("--matmul_precision") for w in extra):
+      extra.append("--matmul_precision=bfloat16")
+    specs.append((label, flags, extra))
   if args.floor:
     if args.workload != "step":
       ap.error("--floor: the step workload only")
@@ -252,7 +269,8 @@ def main():
     peak[label] = json.loads(p.stdout.readline())
     p.wait()
   print(f"# {' '.join(sys.argv)}")
-  print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32, dropout "
+  print(f"# {args.workload}: {args.shape}, {args.batch} x {args.seq}, float32"
+        f"{' (bf16 autocast / bfloat16 matmul precision)' if args.bf16 else ''}, dropout "
         f"{args.dropout}; {args.rounds} "
         f"rounds, variants interleaved step by step; {args.clock} clock, "
         f"{len(os.sched_getaffinity(0))} CPU(s) allowed; load average {min(loads):.1f}-"

@@ -181,8 +181,11 @@ def attention_pieces(args):
     heads_of = lambda x: x.reshape(b, l, heads, dh)
     flat = jnp.where(jnp.asarray(am, bool), 0.0, -1e30)  # exp(-1e30 - max) = 0, no tail left out
 
+    bf16 = attention.cpu_attention.bfloat16_precision()  # the variant the layer runs
+
     def every_key(q, k, v):
-      return attention.cpu_attention.attention(heads_of(q), heads_of(k), heads_of(v), flat)
+      return attention.cpu_attention.attention(heads_of(q), heads_of(k), heads_of(v), flat,
+                                               bfloat16=bf16)
     fw = jax.jit(every_key)
     bw = jax.jit(jax.grad(lambda q, k, v: jnp.sum(every_key(q, k, v)), argnums=(0, 1, 2)))
     out["jax cpu_kernel, every key"] = (lambda: jax.block_until_ready(fw(jq, jk, jv)),
