@@ -45,11 +45,7 @@
 #if defined(__AMX_BF16__) && defined(__AVX512BF16__)
 // The bfloat16 variant on AMX tiles (`amx` below): built where -march=native enables them.
 #define POI_ATTENTION_AMX 1
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <mutex>
+#include "amx_tiles.h"
 #endif
 
 #include "native_parallel.h"
@@ -485,20 +481,6 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
   }
 }
 
-ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                   ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                   ffi::Buffer<ffi::U32> seed, ffi::ResultBuffer<ffi::F32> out,
-                   ffi::ResultBuffer<ffi::F32> row_max, ffi::ResultBuffer<ffi::F32> inv_sum,
-                   float dropout_rate) {
-  const Dims d = dims_of(q, k);
-  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
-  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
-                 out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
-  });
-  return ffi::Error::Success();
-}
-
 // ---- Backward ---------------------------------------------------------------------------------
 
 // The backward of one (batch, head) pair `bh`: its rows of DQ, DK and DV.
@@ -574,23 +556,6 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   scatter(dva, d, d.Lk, b, h, 0, d.Lk, 1.f, DV);
 }
 
-ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                    ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::F32> out,
-                    ffi::Buffer<ffi::F32> row_max, ffi::Buffer<ffi::F32> inv_sum,
-                    ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
-                    ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv,
-                    float dropout_rate) {
-  const Dims d = dims_of(q, k);
-  const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
-  parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
-                  out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
-                  d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(), bh);
-  });
-  return ffi::Error::Success();
-}
-
 // ---- bfloat16 products on AMX tiles ---------------------------------------------------------
 // The same forward and backward with each of the five products' operands rounded to bfloat16
 // (q, k, v, dO, the unnormalised probabilities e (P in the backward) and dS) and their sums in
@@ -612,36 +577,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<f
 namespace amx {
 
 constexpr int64_t T = 32;  // block rows, columns and K step
-constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an extended state component
-constexpr int kXfeatureXtiledata = 18;     // the AMX tile data
 
 inline int64_t up(int64_t x) { return (x + T - 1) / T * T; }
-
-// Linux hands the tiles' state to a process only when it asks (once per process).
-bool tiles_granted() {
-  static std::once_flag once;
-  static bool granted = false;
-  std::call_once(once, [] {
-    granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  });
-  return granted;
-}
-
-// Tiles 0-3: C's 2 x 2 accumulators; 4, 5: A's two 16-row halves; 6, 7: B's two 16-column
-// halves. The configuration is per thread: loaded at the start of every pair's work.
-void configure() {
-  struct {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = 16;
-    config.colsb[t] = 64;
-  }
-  _tile_loadconfig(&config);
-}
 
 typedef float f16v __attribute__((vector_size(64)));
 typedef uint32_t u16v __attribute__((vector_size(64)));
@@ -722,32 +659,13 @@ void gemm(const uint16_t* A, int64_t lda, int64_t M, int64_t K, const uint16_t* 
     for (int64_t n = 0; n < N; n += T) {
       float* c = C + m * ldc + n;
       if (accumulate) {
-        _tile_loadd(0, c, ldc * 4);
-        _tile_loadd(1, c + 16, ldc * 4);
-        _tile_loadd(2, c + 16 * ldc, ldc * 4);
-        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+        poi_jax_native::amx_load_block(c, ldc);
       } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        poi_jax_native::amx_zero_block();
       }
       const uint16_t* b0 = B + (n / 16) * b_half;
-      const uint16_t* b1 = b0 + b_half;
-      for (int64_t k = 0; k < K; k += T) {
-        _tile_loadd(4, a + k, lda * 2);
-        _tile_loadd(5, a + 16 * lda + k, lda * 2);
-        _tile_loadd(6, b0 + (k / 2) * 32, 64);
-        _tile_loadd(7, b1 + (k / 2) * 32, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, c, ldc * 4);
-      _tile_stored(1, c + 16, ldc * 4);
-      _tile_stored(2, c + 16 * ldc, ldc * 4);
-      _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+      poi_jax_native::amx_multiply_block(a, lda, b0, b0 + b_half, K);
+      poi_jax_native::amx_store_block(c, ldc);
     }
   }
 }
@@ -797,7 +715,7 @@ void softmax_row(float* sr, const Dims& e, float scale, const float* bias, const
 void forward_head(const Dims& d0, const float* Q, const float* K, const float* V,
                   const float* bias_, const Dropout& dr, float* O, float* MAX, float* INV,
                   int64_t bh) {
-  configure();
+  poi_jax_native::amx_configure_tiles();
   const Dims d = padded(d0);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const int64_t b = bh / d.N, h = bh % d.N;
@@ -841,13 +759,14 @@ void forward_head(const Dims& d0, const float* Q, const float* K, const float* V
     gemm(ea, Lkp, T, Lkp, vb, Dp, ob, Dp, false);  // unnormalised: e @ v
     for (int r = 0; r < R; ++r) scatter(ob + r * Dp, d, d.Lq, b, h, i0 + r, 1, inv[r], O);
   }
+  _tile_release();
 }
 
 void backward_head(const Dims& d0, const float* Q, const float* K, const float* V,
                    const float* bias_, const Dropout& dr, const float* O, const float* MAX,
                    const float* INV, const float* DO, float* DQ, float* DK, float* DV,
                    int64_t bh) {
-  configure();
+  poi_jax_native::amx_configure_tiles();
   const Dims d = padded(d0);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const int64_t b = bh / d.N, h = bh % d.N;
@@ -940,50 +859,75 @@ void backward_head(const Dims& d0, const float* Q, const float* K, const float* 
       dvr[c] = dvt[c * Lkp + j];
     }
   }
+  _tile_release();
 }
 
 }  // namespace amx
 
-ffi::Error ForwardAmx(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                      ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                      ffi::Buffer<ffi::U32> seed, ffi::ResultBuffer<ffi::F32> out,
-                      ffi::ResultBuffer<ffi::F32> row_max, ffi::ResultBuffer<ffi::F32> inv_sum,
-                      float dropout_rate) {
-  if (!amx::tiles_granted()) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "Linux did not grant this process the AMX tiles");
-  }
+#endif  // POI_ATTENTION_AMX
+
+// ---- The FFI handlers -------------------------------------------------------------------
+
+// Whether the bfloat16 variant asked for can run: built (AMX-BF16) and the tiles granted.
+ffi::Error bfloat16_usable(bool bfloat16) {
+  if (!bfloat16) return ffi::Error::Success();
+#ifdef POI_ATTENTION_AMX
+  if (poi_jax_native::amx_tiles_granted()) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kUnavailable,
+                    "Linux did not grant this process the AMX tiles (arch_prctl)");
+#else
+  return ffi::Error(ffi::ErrorCode::kUnavailable,
+                    "the CPU attention kernel was built without AMX-BF16: no bfloat16 variant");
+#endif
+}
+
+ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                   ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                   ffi::Buffer<ffi::U32> seed, ffi::ResultBuffer<ffi::F32> out,
+                   ffi::ResultBuffer<ffi::F32> row_max, ffi::ResultBuffer<ffi::F32> inv_sum,
+                   float dropout_rate, bool bfloat16) {
   const Dims d = dims_of(q, k);
   const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
+  if (ffi::Error e = bfloat16_usable(bfloat16); e.failure()) return e;
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    amx::forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
-                      out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
+#ifdef POI_ATTENTION_AMX
+    if (bfloat16) {
+      return amx::forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(),
+                               bias.typed_data(), dr, out->typed_data(), row_max->typed_data(),
+                               inv_sum->typed_data(), bh);
+    }
+#endif
+    forward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
+                 out->typed_data(), row_max->typed_data(), inv_sum->typed_data(), bh);
   });
   return ffi::Error::Success();
 }
 
-ffi::Error BackwardAmx(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                       ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
-                       ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::F32> out,
-                       ffi::Buffer<ffi::F32> row_max, ffi::Buffer<ffi::F32> inv_sum,
-                       ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
-                       ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv,
-                       float dropout_rate) {
-  if (!amx::tiles_granted()) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "Linux did not grant this process the AMX tiles");
-  }
+ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                    ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> bias,
+                    ffi::Buffer<ffi::U32> seed, ffi::Buffer<ffi::F32> out,
+                    ffi::Buffer<ffi::F32> row_max, ffi::Buffer<ffi::F32> inv_sum,
+                    ffi::Buffer<ffi::F32> d_out, ffi::ResultBuffer<ffi::F32> dq,
+                    ffi::ResultBuffer<ffi::F32> dk, ffi::ResultBuffer<ffi::F32> dv,
+                    float dropout_rate, bool bfloat16) {
   const Dims d = dims_of(q, k);
   const Dropout dr = dropout_of(seed.typed_data(), dropout_rate);
+  if (ffi::Error e = bfloat16_usable(bfloat16); e.failure()) return e;
   parallel_for(pool, d.B * d.N, [&](int64_t bh) {
-    amx::backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
-                       out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
-                       d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(),
-                       bh);
+#ifdef POI_ATTENTION_AMX
+    if (bfloat16) {
+      return amx::backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(),
+                                bias.typed_data(), dr, out.typed_data(), row_max.typed_data(),
+                                inv_sum.typed_data(), d_out.typed_data(), dq->typed_data(),
+                                dk->typed_data(), dv->typed_data(), bh);
+    }
+#endif
+    backward_head(d, q.typed_data(), k.typed_data(), v.typed_data(), bias.typed_data(), dr,
+                  out.typed_data(), row_max.typed_data(), inv_sum.typed_data(),
+                  d_out.typed_data(), dq->typed_data(), dk->typed_data(), dv->typed_data(), bh);
   });
   return ffi::Error::Success();
 }
-#endif  // POI_ATTENTION_AMX
 
 }  // namespace
 
@@ -1000,6 +944,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Ret<ffi::Buffer<ffi::F32>>()  // row_max (B, N, Lq)
         .Ret<ffi::Buffer<ffi::F32>>()  // inv_sum (B, N, Lq)
         .Attr<float>("dropout_rate")
+        .Attr<bool>("bfloat16")  // the variant on AMX tiles (built where the CPU has them)
 );
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
@@ -1019,43 +964,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
         .Ret<ffi::Buffer<ffi::F32>>()  // dk
         .Ret<ffi::Buffer<ffi::F32>>()  // dv
         .Attr<float>("dropout_rate")
+        .Attr<bool>("bfloat16")
 );
 
 #ifdef POI_ATTENTION_AMX
 // Whether Linux granted this process the AMX tiles (asks once); Python checks it when loading.
-extern "C" int PoiCpuAttentionAmxTilesGranted() { return amx::tiles_granted() ? 1 : 0; }
+extern "C" int PoiCpuAttentionAmxTilesGranted() {
+  return poi_jax_native::amx_tiles_granted() ? 1 : 0;
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    PoiCpuAttentionForwardAmx, ForwardAmx,
-    ffi::Ffi::Bind()
-        .Ctx<ffi::ThreadPool>()
-        .Arg<ffi::Buffer<ffi::F32>>()  // q (B, Lq, N, D)
-        .Arg<ffi::Buffer<ffi::F32>>()  // k (B, Lk, N, D)
-        .Arg<ffi::Buffer<ffi::F32>>()  // v (B, Lk, N, D)
-        .Arg<ffi::Buffer<ffi::F32>>()  // bias (B, Lk)
-        .Arg<ffi::Buffer<ffi::U32>>()  // seed (2,)
-        .Ret<ffi::Buffer<ffi::F32>>()  // out (B, Lq, N, D)
-        .Ret<ffi::Buffer<ffi::F32>>()  // row_max (B, N, Lq)
-        .Ret<ffi::Buffer<ffi::F32>>()  // inv_sum (B, N, Lq)
-        .Attr<float>("dropout_rate")
-);
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    PoiCpuAttentionBackwardAmx, BackwardAmx,
-    ffi::Ffi::Bind()
-        .Ctx<ffi::ThreadPool>()
-        .Arg<ffi::Buffer<ffi::F32>>()  // q
-        .Arg<ffi::Buffer<ffi::F32>>()  // k
-        .Arg<ffi::Buffer<ffi::F32>>()  // v
-        .Arg<ffi::Buffer<ffi::F32>>()  // bias
-        .Arg<ffi::Buffer<ffi::U32>>()  // seed
-        .Arg<ffi::Buffer<ffi::F32>>()  // out
-        .Arg<ffi::Buffer<ffi::F32>>()  // row_max
-        .Arg<ffi::Buffer<ffi::F32>>()  // inv_sum
-        .Arg<ffi::Buffer<ffi::F32>>()  // d_out
-        .Ret<ffi::Buffer<ffi::F32>>()  // dq
-        .Ret<ffi::Buffer<ffi::F32>>()  // dk
-        .Ret<ffi::Buffer<ffi::F32>>()  // dv
-        .Attr<float>("dropout_rate")
-);
 #endif  // POI_ATTENTION_AMX

@@ -57,9 +57,6 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_attentio
 _FLAGS = native.BASE_FLAGS
 _TARGETS = {"poi_jax_cpu_attention_fwd": "PoiCpuAttentionForward",
             "poi_jax_cpu_attention_bwd": "PoiCpuAttentionBackward"}
-# The bfloat16 variant on AMX tiles: in the library when -march=native enables AMX-BF16.
-_AMX_TARGETS = {"poi_jax_cpu_attention_amx_fwd": "PoiCpuAttentionForwardAmx",
-                "poi_jax_cpu_attention_amx_bwd": "PoiCpuAttentionBackwardAmx"}
 CACHE_ENV = native.CACHE_ENV
 # "WxRxC": vectors of W floats (4, 8 or 16) and register tiles of R rows x C vectors, instead of
 # the kernel's choice for the machine (for tests and tuning; the library name hashes it too).
@@ -142,14 +139,13 @@ def _build_and_register() -> str | None:
 
 
 def _register_amx(library) -> str | None:
-  """Registers the bfloat16 variant when the library has it and Linux grants the tiles; None
-  then, else why not."""
-  if not hasattr(library, "PoiCpuAttentionForwardAmx"):
+  """None when the library has the bfloat16 variant (built where -march=native enables
+  AMX-BF16) and Linux grants the tiles, else why not."""
+  if not hasattr(library, "PoiCpuAttentionAmxTilesGranted"):
     return "the kernel was built without AMX-BF16 (this CPU, or its compiler, has none)"
   if not library.PoiCpuAttentionAmxTilesGranted():
     return ("Linux did not grant this process the AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM: "
             "a kernel before 5.16, or tiles disabled)")
-  native.load_and_register(path=None, targets=_AMX_TARGETS, library=library)
   return None
 
 
@@ -183,18 +179,15 @@ def bfloat16_precision() -> bool:
   return jax.config.jax_default_matmul_precision == "bfloat16" and amx_available()
 
 
-def _target(name: str, bfloat16: bool) -> str:
-  return f"poi_jax_cpu_attention_amx_{name}" if bfloat16 else f"poi_jax_cpu_attention_{name}"
-
-
 def _forward_call(q, k, v, bias, seed, rate, bfloat16):
   b, lq, n, _ = q.shape
   return jax.ffi.ffi_call(
-      _target("fwd", bfloat16),
+      "poi_jax_cpu_attention_fwd",
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32),   # each query's max score
        jax.ShapeDtypeStruct((b, n, lq), jnp.float32)),  # and 1 / sum(exp(score - max))
-      vmap_method="sequential")(q, k, v, bias, seed, dropout_rate=np.float32(rate))
+      vmap_method="sequential")(q, k, v, bias, seed, dropout_rate=np.float32(rate),
+                                bfloat16=bool(bfloat16))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
@@ -210,10 +203,10 @@ def _attention_fwd(q, k, v, bias, seed, rate, bfloat16):
 def _attention_bwd(rate, bfloat16, residuals, d_out):
   q, k, v, bias, seed, out, row_max, inv_sum = residuals
   dq, dk, dv = jax.ffi.ffi_call(
-      _target("bwd", bfloat16),
+      "poi_jax_cpu_attention_bwd",
       tuple(jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v)),
       vmap_method="sequential")(q, k, v, bias, seed, out, row_max, inv_sum, d_out,
-                                dropout_rate=np.float32(rate))
+                                dropout_rate=np.float32(rate), bfloat16=bool(bfloat16))
   # The bias comes from the padding mask (no parameter behind it): no gradient; the seed is an
   # integer (float0 cotangent).
   return dq, dk, dv, jnp.zeros_like(bias), np.zeros(seed.shape, jax.dtypes.float0)

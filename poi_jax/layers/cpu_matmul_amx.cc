@@ -16,57 +16,28 @@
 // two A tiles and two B tiles, four TDPBF16PS. Rows of C in blocks of 32 go to XLA's thread pool.
 // Built on first use by poi_jax/layers/cpu_matmul_amx.py with -mamx-tile -mamx-bf16.
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "native_parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using poi_jax_native::amx_configure_tiles;
+using poi_jax_native::amx_multiply_block;
+using poi_jax_native::amx_store_block;
+using poi_jax_native::amx_tiles_granted;
+using poi_jax_native::amx_zero_block;
 using poi_jax_native::parallel_for;
 
 namespace {
 
 constexpr int64_t kBlock = 32;  // rows and columns of C a micro-step computes; K's step too
-constexpr int kArchReqXcompPerm = 0x1023;  // arch_prctl: ask for an extended state component
-constexpr int kXfeatureXtiledata = 18;     // the AMX tile data
-
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// Linux hands out the tiles' state to a process only when it asks (once).
-bool tiles_granted() {
-  static std::once_flag once;
-  static bool granted = false;
-  std::call_once(once, [] {
-    granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  });
-  return granted;
-}
-
-struct TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3: C's 2 x 2 accumulators (16 x 16 float32 each); 4, 5: A (16 x 32 bfloat16);
-// 6, 7: B (16 k-pairs x 16 columns x 2).
-void configure_tiles() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = 16;
-    config.colsb[t] = 64;
-  }
-  _tile_loadconfig(&config);
-}
 
 // op(B) (K x N) -> for each block of 16 columns, Kp / 2 rows of 16 (k, k + 1) pairs, zeros
 // beyond K and N. b is (K x N) row-major, or (N x K) with trans_b. One call packs the two
@@ -168,33 +139,13 @@ int64_t packed_lda(int64_t Kp) { return (Kp * 2) % 4096 == 0 ? Kp + 32 : Kp; }
 void block_row(const uint16_t* a, int64_t lda, const uint16_t* packed, int64_t Kp, int64_t M,
                int64_t N, int64_t m0, int64_t n_begin, int64_t n_end, float* c, float* edge) {
   for (int64_t n = n_begin; n < n_end; n += kBlock) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    amx_zero_block();
     const uint16_t* b0 = packed + (n / 16) * (Kp / 2) * 32;
-    const uint16_t* b1 = b0 + (Kp / 2) * 32;
-    for (int64_t k = 0; k < Kp; k += kBlock) {
-      _tile_loadd(4, a + k, lda * 2);
-      _tile_loadd(5, a + 16 * lda + k, lda * 2);
-      _tile_loadd(6, b0 + (k / 2) * 32, 64);
-      _tile_loadd(7, b1 + (k / 2) * 32, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
+    amx_multiply_block(a, lda, b0, b0 + (Kp / 2) * 32, Kp);
     if (m0 + kBlock <= M && n + kBlock <= N) {  // a whole block: straight into C
-      float* out = c + m0 * N + n;
-      _tile_stored(0, out, N * 4);
-      _tile_stored(1, out + 16, N * 4);
-      _tile_stored(2, out + 16 * N, N * 4);
-      _tile_stored(3, out + 16 * N + 16, N * 4);
+      amx_store_block(c + m0 * N + n, N);
     } else {  // the edge: through a 32 x 32 scratch, then the rows and columns that exist
-      _tile_stored(0, edge, kBlock * 4);
-      _tile_stored(1, edge + 16, kBlock * 4);
-      _tile_stored(2, edge + 16 * kBlock, kBlock * 4);
-      _tile_stored(3, edge + 16 * kBlock + 16, kBlock * 4);
+      amx_store_block(edge, kBlock);
       const int64_t rows = std::min(kBlock, M - m0), cols = std::min(kBlock, N - n);
       for (int64_t i = 0; i < rows; ++i) {
         std::memcpy(c + (m0 + i) * N + n, edge + i * kBlock, cols * sizeof(float));
@@ -205,7 +156,7 @@ void block_row(const uint16_t* a, int64_t lda, const uint16_t* packed, int64_t K
 
 ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ffi::BF16> b,
                   ffi::ResultBuffer<ffi::F32> c, bool trans_a, bool trans_b) {
-  if (!tiles_granted()) {
+  if (!amx_tiles_granted()) {
     return ffi::Error(ffi::ErrorCode::kUnavailable,
                       "Linux did not grant this process the AMX tiles (arch_prctl "
                       "ARCH_REQ_XCOMP_PERM); a kernel before 5.16 or a CPU without AMX");
@@ -256,7 +207,7 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ff
     const int64_t n_begin = task / row_blocks * panel, m0 = task % row_blocks * kBlock;
     const int64_t n_end = std::min(Np, n_begin + panel);
     alignas(64) float edge[kBlock * kBlock];
-    configure_tiles();
+    amx_configure_tiles();
     if (in_place && m0 + kBlock <= M) {
       block_row(pa + m0 * K, K, b_buf, Kp, M, N, m0, n_begin, n_end, pc, edge);
     } else if (in_place) {  // the last rows of an in-place A: padded to a whole block
@@ -277,7 +228,7 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::BF16> a, ffi::Buffer<ff
 // Whether Linux granted this process the tiles (1) or not (0): asked once when the library is
 // loaded (poi_jax/layers/cpu_matmul_amx.py), so that a refusal keeps XLA's matmuls at trace time
 // instead of failing the first call of a compiled step.
-extern "C" int PoiCpuMatmulAmxTilesGranted() { return tiles_granted() ? 1 : 0; }
+extern "C" int PoiCpuMatmulAmxTilesGranted() { return amx_tiles_granted() ? 1 : 0; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     PoiCpuMatmulAmx, Matmul,

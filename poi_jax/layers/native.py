@@ -94,11 +94,10 @@ def build(compiler_path: str, flags: tuple[str, ...], source: str, target: str) 
       os.remove(tmp)
 
 
-def load_and_register(path: str | None, targets: dict[str, str],
-                      library: ctypes.CDLL | None = None) -> ctypes.CDLL:
-  """Loads the library at ``path`` (or takes ``library``, loaded already) and registers
-  ``targets`` (FFI name -> exported symbol) for the CPU platform."""
-  library = library if library is not None else ctypes.cdll.LoadLibrary(path)
+def load_and_register(path: str, targets: dict[str, str]) -> ctypes.CDLL:
+  """Loads the library at ``path`` and registers ``targets`` (FFI name -> exported symbol) for
+  the CPU platform."""
+  library = ctypes.cdll.LoadLibrary(path)
   for name, symbol in targets.items():
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(library, symbol)),
                                 platform="cpu")

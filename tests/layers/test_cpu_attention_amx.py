@@ -123,10 +123,11 @@ def test_bfloat16_precision_selects_the_variant():
   mask = attention.key_mask(jnp.ones((1, 40), jnp.int32))
   run = lambda q: attention.dot_product_attention(q, q, q, mask, num_heads=2,
                                                   implementation="cpu_kernel")
-  assert "poi_jax_cpu_attention_amx_fwd" not in str(jax.make_jaxpr(run)(q))
+  jaxpr = str(jax.make_jaxpr(run)(q))
+  assert "poi_jax_cpu_attention_fwd" in jaxpr and "('bfloat16', False)" in jaxpr
   with jax.default_matmul_precision("bfloat16"):
     assert cpu_attention.bfloat16_precision()
-    assert "poi_jax_cpu_attention_amx_fwd" in str(jax.make_jaxpr(run)(q))
+    assert "('bfloat16', True)" in str(jax.make_jaxpr(run)(q))
   assert attention.kernels_used()["1x40x40x2x32 float32"]["kernel"] == "cpu_kernel bfloat16 (AMX)"
 
 
@@ -143,7 +144,7 @@ def test_without_amx_the_precision_keeps_the_float32_kernel(monkeypatch):
     assert not cpu_attention.bfloat16_precision()
     jaxpr = str(jax.make_jaxpr(lambda q: attention.dot_product_attention(
         q, q, q, mask, num_heads=2, implementation="cpu_kernel"))(q))
-  assert "poi_jax_cpu_attention_fwd" in jaxpr and "amx" not in jaxpr
+  assert "poi_jax_cpu_attention_fwd" in jaxpr and "('bfloat16', False)" in jaxpr
   heads = jnp.ones((1, 40, 2, 32))
   with pytest.raises(RuntimeError, match="bfloat16=True.*this CPU has no AMX tiles"):
     cpu_attention.attention(heads, heads, heads, None, bfloat16=True)
@@ -156,9 +157,6 @@ def test_a_library_without_the_variant_says_why(monkeypatch):
     pass
 
   class Refused:
-    def PoiCpuAttentionForwardAmx(self):  # pylint: disable=invalid-name
-      pass
-
     def PoiCpuAttentionAmxTilesGranted(self):  # pylint: disable=invalid-name
       return 0
   assert "built without AMX-BF16" in cpu_attention._register_amx(NoVariant())
