@@ -143,10 +143,13 @@ def main():
   ap.add_argument("--dropout", type=float, default=0.0,
                   help="hidden and attention dropout (0.1: BERT fine-tuning's; the masks' cost)")
   ap.add_argument("--calls", type=int, default=3)
+  ap.add_argument("--cpu_malloc", default="reuse", choices=["reuse", "system"],
+                  help="runtime.cpu_malloc (reuse, as the step benchmarks time it: with system, "
+                       "every call first-touches its temporaries and the ops writing them slow)")
   ap.add_argument("--top", type=int, default=25)
   args = ap.parse_args()
   from poi_jax import runtime
-  runtime.configure({})  # the engine's defaults
+  runtime.configure({"cpu_malloc": args.cpu_malloc})  # else the engine's defaults
   import jax
 
   run, compiled = _compiled_piece(args)

@@ -28,8 +28,10 @@ machine). ``--clock=process``: CPU time of the process (user + system) instead o
 one core and one thread each (``taskset -c 0 python bench/cpu_pieces.py --clock=process``: both
 libraries size their thread pools by the CPU affinity) it measures the work each side does,
 nearly independent of other jobs' load. JAX runs with the engine's runtime defaults
-(`poi_jax.runtime.configure`), in this process; PyTorch with its default intra-op threads (the
-cores it may use).
+(`poi_jax.runtime.configure`) but ``--cpu_malloc=reuse`` (as `bench/train_step.py` and
+`bench/cpu_ab.py` time the step: with glibc's defaults every call first-touches its temporaries'
+pages, ~10% of a MiniLM step in system time), in this process; PyTorch with its default
+intra-op threads (the cores it may use).
 """
 from __future__ import annotations
 
@@ -225,6 +227,8 @@ def main():
   ap.add_argument("--pieces", default="step,attention",
                   help="comma-separated: step (forward, fwd+bwd, update, step), attention")
   ap.add_argument("--clock", default="wall", choices=sorted(CLOCK))
+  ap.add_argument("--cpu_malloc", default="reuse", choices=["reuse", "system"],
+                  help="runtime.cpu_malloc for the JAX side (reuse: the step's pages stay)")
   ap.add_argument("--matmul_precision", default="", choices=["", "bfloat16"],
                   help="attention piece: JAX's matmul precision (bfloat16: the native kernel's "
                        "AMX variant) against SDPA on bfloat16 tensors")
@@ -234,7 +238,7 @@ def main():
   args.remat, args.scan, args.attention = "none", False, "auto"
   from poi_jax import runtime
   # The engine's defaults (malloc reuse, XLA CPU flags, cache), and the matmul precision.
-  runtime.configure({"matmul_precision": args.matmul_precision})
+  runtime.configure({"matmul_precision": args.matmul_precision, "cpu_malloc": args.cpu_malloc})
   import jax
   import torch
 

@@ -18,9 +18,11 @@ A library user who builds the engine's pieces directly calls it once, first thin
   page faults a step. ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
   trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on;
   the step alone 1.36x faster in ``bench/train_step.py --compare_runtime``). The price: the heap
-  keeps its peak and fragments as the training loop's threads allocate beside the step, so the
-  CPU quickstart peaks at 8-10 GB of resident memory against 3.1 GB with ``"system"``, for a few
-  percent of its wall time (docs/results.md): too much for an 8 GB laptop, so it is opt-in.
+  keeps what was freed, the compilers' working memory included, so the training loop hands it
+  back (`release_freed_memory`) after its first step and around each evaluation; the CPU
+  quickstart then peaks at 4.1 GB against 2.5 GB with ``"system"`` (6.3 GB without the
+  hand-backs), 1.10x faster end to end (docs/performance.md). Processes that never reach the
+  loop (a test suite, a server) would keep their compilers' garbage, so it is opt-in.
   It must run before XLA's threads first allocate, i.e. before the backend starts. (glibc's
   ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, gives 2 MiB pages, 600
   faults a step, no retained memory; on the 2-core machine it was slower, not faster.)
@@ -53,6 +55,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import glob
 import logging
 import os
 import sys
@@ -65,6 +68,16 @@ CACHE_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 
 _applied: dict[str, object] = {}
+
+# An accelerator plugin JAX may load -> the device files its hardware shows on Linux (TPU VMs:
+# /dev/accel* up to v4, /dev/vfio/<n> from v5e; NVIDIA: the driver's control and device nodes;
+# ROCm: the kernel fusion driver).
+ACCELERATOR_DEVICE_FILES = {
+    "libtpu": ("/dev/accel*", "/dev/vfio/[0-9]*"),
+    "jax_cuda12_plugin": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+    "jax_cuda13_plugin": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+    "jax_rocm60_plugin": ("/dev/kfd",),
+}
 
 # XLA debug options for forward-only programs on a CPU (``cpu_forward_ynnpack=False``): no
 # YNNPACK fusions: dots and elementwise ops take XLA's other CPU paths.
@@ -132,15 +145,37 @@ def reuse_freed_memory() -> bool:
              for param, value in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)))
 
 
+def release_freed_memory() -> bool:
+  """With ``cpu_malloc=reuse`` in force: hands the heap's free pages back to the system
+  (glibc's ``malloc_trim(0)``, which also releases whole free pages inside the heap); False
+  (nothing done) otherwise. The training loop calls it where garbage was just freed and the
+  next steps will not want it: after the first step (the compilers' working memory) and after
+  each evaluation (its programs' temporaries). The step's own temporaries are paged in once
+  more on the next step, then kept."""
+  if _applied.get("cpu_malloc") != "reuse":
+    return False
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc_trim(0)
+  except (OSError, AttributeError):
+    return False
+  return True
+
+
 def cpu_only() -> bool:
   """Whether this process will run on the CPU only (decided without starting the backend)."""
   platforms = os.environ.get("JAX_PLATFORMS", "")
   if platforms:
     return platforms.split(",")[0].strip() == "cpu"
-  try:  # not initialising the backend: a GPU/TPU plugin installed means it may be used
+  # Not initialising the backend: an accelerator may be used when its plugin is installed *and*
+  # the machine has the device. The plugin alone says nothing: the README's install brings
+  # libtpu (for `bench/sizing.py`'s TPU compiler) to every CPU machine, where treating the run
+  # as a possible TPU one left the CPU step without memory reuse and its XLA flags (1.00x
+  # against 0.87x `torch.compile` on a 2-core Xeon, docs/results.md).
+  try:
     import importlib.util
-    return not any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin",
-                                                         "libtpu", "jax_rocm60_plugin"))
+    return not any(importlib.util.find_spec(plugin) and any(glob.glob(p) for p in device_files)
+                   for plugin, device_files in ACCELERATOR_DEVICE_FILES.items())
   except (ImportError, ValueError):
     return False
 

@@ -53,7 +53,16 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
   x = f(x); x.block_until_ready()
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(json.dumps({"applied": applied, "faults": faults,
+def rss_mb():
+  with open("/proc/self/status") as f:
+    return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
+import numpy as np
+big = np.ones(256 * 2**20 // 8)  # 256 MiB, touched, then freed: kept by the heap under "reuse"
+del big
+rss_kept = rss_mb()
+released = runtime.release_freed_memory()
+print(json.dumps({"applied": applied, "faults": faults, "released": released,
+                  "rss_freed_mb": rss_kept - rss_mb(),
                   "cache_dir": jax.config.jax_compilation_cache_dir,
                   "cache_on": jax.config.jax_enable_compilation_cache,
                   "min_time": jax.config.jax_persistent_cache_min_compile_time_secs,
@@ -74,7 +83,7 @@ def _child(settings: dict, tmp_path, **env) -> dict:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt: Linux only")
-def test_memory_reuse_stops_per_step_page_faults(tmp_path):
+def test_memory_reuse_stops_per_step_page_faults_and_hands_back_on_request(tmp_path):
   # glibc's defaults page each call's 32 MiB temporary in afresh (8,192 faults a call); with
   # "reuse" most calls reuse freed pages (measured: ~1,600 a call after 10 warm-up calls).
   system = _child({"cpu_malloc": "system", "compilation_cache_dir": "none"}, tmp_path)
@@ -83,6 +92,10 @@ def test_memory_reuse_stops_per_step_page_faults(tmp_path):
   assert reuse["applied"]["cpu_malloc"] == "reuse"
   assert system["faults"] > 10 * 6000, system
   assert reuse["faults"] < system["faults"] / 2, (reuse, system)
+  # What the training loop hands back after its first step and each evaluation: a freed
+  # 256 MiB block stays resident under "reuse" until then (glibc's defaults unmapped it at once).
+  assert reuse["released"] is True and reuse["rss_freed_mb"] > 200, reuse
+  assert system["released"] is False and system["rss_freed_mb"] < 50, system
   assert system["cache_on"] is False and reuse["cache_on"] is False
 
 
@@ -107,6 +120,33 @@ def test_cpu_flags_are_for_cpu_only_runs(monkeypatch):
   assert not runtime.cpu_only()
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   assert runtime.cpu_only()
+
+
+def test_an_installed_plugin_without_its_device_is_still_a_cpu_run(monkeypatch, tmp_path):
+  """libtpu comes with the README's install: on a machine without a TPU the run is CPU-only
+  (memory reuse and the CPU flags apply); with the plugin's device present it may not be."""
+  import importlib.util
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  real_find_spec = importlib.util.find_spec
+  installed = {"libtpu", "jax_cuda12_plugin"}
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: object() if name in installed else
+                      (None if name in runtime.ACCELERATOR_DEVICE_FILES else real_find_spec(name, *a)))
+  accel = tmp_path / "dev"
+  accel.mkdir()
+  monkeypatch.setattr(runtime, "ACCELERATOR_DEVICE_FILES", {
+      "libtpu": (str(accel / "accel*"), str(accel / "vfio" / "[0-9]*")),
+      "jax_cuda12_plugin": (str(accel / "nvidiactl"),),
+      "jax_rocm60_plugin": (str(accel / "kfd"),)})
+  assert runtime.cpu_only()
+  (accel / "kfd").touch()  # ROCm's device, but its plugin is not installed
+  assert runtime.cpu_only()
+  (accel / "vfio").mkdir()
+  (accel / "vfio" / "0").touch()  # a TPU v5e's
+  assert not runtime.cpu_only()
+  (accel / "vfio" / "0").unlink()
+  (accel / "nvidiactl").touch()
+  assert not runtime.cpu_only()
 
 
 def test_forward_options_are_for_cpu_forward_programs_unless_ynnpack_is_kept(monkeypatch):

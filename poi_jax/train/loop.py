@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from poi_jax import faults, jax_internals
+from poi_jax import faults, jax_internals, runtime
 from poi_jax.data import buckets
 from poi_jax.data.loader import BucketedTrainLoader, TrainLoader
 from poi_jax.faults import NoIntactCheckpoint
@@ -182,6 +182,16 @@ def _check_finite(run: Run, window: list, step: int, *, params: bool = False) ->
   return vals
 
 
+def _evaluate(run: Run, step: int, meta, stop) -> dict:
+  """`eval_lib.evaluate` between two hand-backs of freed memory (``cpu_malloc=reuse``): the
+  training step's kept pages before it, its own programs' after it, so the process peaks at the
+  larger of the two rather than their sum."""
+  runtime.release_freed_memory()
+  results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=stop)
+  runtime.release_freed_memory()
+  return results
+
+
 def train(run: Run, *, evaluate_at_end: bool) -> dict:
   """The training loop: resume, step, log, evaluate every ``train.eval_every`` steps (default:
   each epoch), checkpoint, stop cleanly on SIGTERM / Ctrl-C (during an evaluation too: the
@@ -230,7 +240,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   with watcher, _closing(bar):  # (closed before any error line)
     try:
       if eval_pending and step < micro_total:  # (the final step's is the final evaluation)
-        results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+        results = _evaluate(run, step, meta, watcher.requested)
       while step < micro_total:
         batch = placement.global_batch(next(loader), sharded.mesh)
         sharded.state, out = sharded.train_step(sharded.state, batch)
@@ -245,6 +255,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
           jax.block_until_ready(out)
           throughput.restart(step)
           record_kernels(run)
+          runtime.release_freed_memory()  # the compilers' garbage (cpu_malloc=reuse)
         saving = (step % config.train.save_every == 0 or step == micro_total
                   or (has_eval and step % eval_every == 0) or preempt)
         if saving:  # nothing non-finite is evaluated, saved or exported (faults/nonfinite.py)
@@ -254,7 +265,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
           window = []
         evaluated = False
         if has_eval and (step % eval_every == 0) and step < micro_total and not preempt:
-          results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+          results = _evaluate(run, step, meta, watcher.requested)
           evaluated = True
         final_eval = step == micro_total and evaluate_at_end and has_eval
         if not (evaluated or final_eval or preempt) and (step % config.train.save_every == 0
@@ -270,7 +281,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
           raise preempted()
       bar.close()
       if evaluate_at_end and has_eval:
-        results = eval_lib.evaluate(run, step=step, meta_fn=meta, stop=watcher.requested)
+        results = _evaluate(run, step, meta, watcher.requested)
     except eval_stream.EvaluationStopped:
       checkpointer.save(step, sharded.state, dict(meta(), eval_pending=True))
       bar.close()
