@@ -62,6 +62,10 @@ _PEERS = flags.DEFINE_list("peers", ["eager", "compile", "onnxruntime"],
 _BF16 = flags.DEFINE_bool("bf16", False,
                            "Also bfloat16 rows: JAX with bfloat16 matmul precision and PyTorch "
                            "under CPU bf16 autocast (module docstring).")
+_MALLOC = flags.DEFINE_enum(
+    "cpu_malloc", "system", ["system", "reuse"],
+    "runtime.cpu_malloc for the JAX side (system: the Reader's and the engine's default; reuse: "
+    "each call's temporaries kept instead of paged in afresh).")
 _FLOOR = flags.DEFINE_bool("floor", True,
                             "Add the dense-matmul floor row (module docstring).")
 EAGER = "PyTorch eager (transformers)"
@@ -121,7 +125,7 @@ def main(argv):
   from configs import squad1
   from poi_jax import runtime, tasks
 
-  runtime.configure({"cpu_malloc": "system", "compilation_cache_dir": "none"})
+  runtime.configure({"cpu_malloc": _MALLOC.value, "compilation_cache_dir": "none"})
   config = squad1.get_config("minilm")
   with config.unlocked():
     config.model.head, config.model.pos_embedding = _HEAD.value, False

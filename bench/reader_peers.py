@@ -62,6 +62,10 @@ _SETS = flags.DEFINE_list("sets", ["off", "auto"],
                            "N, 2N, ... up to --length).")
 _BF16 = flags.DEFINE_bool("bf16", False, "Also bfloat16 rows: the Reader with bfloat16 matmul "
                           "precision, PyTorch under CPU bf16 autocast (module docstring).")
+_MALLOC = flags.DEFINE_enum(
+    "cpu_malloc", "system", ["system", "reuse"],
+    "runtime.cpu_malloc for the JAX side (system: the Reader's and the engine's default; reuse: "
+    "each call's temporaries kept instead of paged in afresh).")
 _YNNPACK = flags.DEFINE_bool("cpu_forward_ynnpack", False,
                              "Compile the Reader's forward with XLA's default YNNPACK fusions "
                              "(runtime.cpu_forward_ynnpack; the Reader's default before "
@@ -190,7 +194,7 @@ def main(argv):
   from poi_jax.models import encoders
   from poi_jax.models.build import load_tokenizer
 
-  runtime.configure({"cpu_malloc": "system", "cpu_forward_ynnpack": _YNNPACK.value})
+  runtime.configure({"cpu_malloc": _MALLOC.value, "cpu_forward_ynnpack": _YNNPACK.value})
   length, stride, batch = _LENGTH.value, _STRIDE.value, _BATCH.value
   ckpt = encoders.resolve_checkpoint("minilm")
 
