@@ -424,14 +424,28 @@ void padded_bias(const float* bias_b, const Dims& e, float* out) {
 // The keys a row's vector loops cover: e.Lk rounded up to whole vectors (within Lkp).
 inline int64_t vector_keys(const Dims& e) { return (e.Lk + W - 1) / W * W; }
 
+// What each per-pair function (forward and backward, float32 and AMX) starts from: the softmax
+// scale, the pair's batch row and head, that row's bias and the keys it uses.
+struct Pair {
+  float scale;
+  int64_t b, h;
+  const float* bias_b;
+  Dims e;
+};
+
+Pair pair_of(const Dims& d, const float* bias, int64_t bh) {
+  const int64_t b = bh / d.N;
+  const float* bias_b = bias + b * d.Lk;
+  return {1.0f / std::sqrt(static_cast<float>(d.D)), b, bh % d.N, bias_b, keys_in_use(d, bias_b)};
+}
 
 // The forward of one (batch, head) pair `bh`: its rows of O, MAX and INV.
 void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
                   const float* bias_, const Dropout& dr, float* O, float* MAX, float* INV,
                   int64_t bh) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  // (the buffers are laid out for d's keys, the most; e has those in use)
+  const auto [scale, b, h, bias_b, e] = pair_of(d, bias_, bh);
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
-  const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
   float* kt = scratch(buf, Dp * Lkp * 3 + BQ * Dp * 2 + BQ * Lkp + Lkp * 2);
   float* vp = kt + Dp * Lkp;
@@ -441,8 +455,6 @@ void forward_head(const Dims& d, const float* Q, const float* K, const float* V,
   float* kp = s + BQ * Lkp;
   float* mrow = kp + Lkp * Dp;  // the dropout's factors for one query's keys
   float* bias = mrow + Lkp;
-  const float* bias_b = bias_ + b * d.Lk;
-  const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
   padded_bias(bias_b, e, bias);
   const int64_t n = vector_keys(e);
   gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
@@ -488,9 +500,9 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
                    const float* bias_, const Dropout& dr, const float* O, const float* MAX,
                    const float* INV, const float* DO, float* DQ, float* DK, float* DV,
                    int64_t bh) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  // (the buffers are laid out for d's keys, the most; e has those in use)
+  const auto [scale, b, h, bias_b, e] = pair_of(d, bias_, bh);
   const int64_t Dp = d.Dp, Lkp = d.Lkp;
-  const int64_t b = bh / d.N, h = bh % d.N;
   thread_local std::vector<float> buf;
   float* kt = scratch(buf, Dp * Lkp * 5 + BQ * Dp * 4 + BQ * Lkp * 2 + Lkp * 2);
   float* vt = kt + Dp * Lkp;
@@ -505,8 +517,6 @@ void backward_head(const Dims& d, const float* Q, const float* K, const float* V
   float* ds = p + BQ * Lkp;
   float* mrow = ds + BQ * Lkp;  // the dropout's factors for one query's keys
   float* bias = mrow + Lkp;
-  const float* bias_b = bias_ + b * d.Lk;
-  const Dims e = keys_in_use(d, bias_b);  // (buffers are laid out for d's keys, the most)
   padded_bias(bias_b, e, bias);
   const int64_t n = vector_keys(e);
   gather(K, e, d.Lk, b, h, 0, e.Lk, 1.f, kp);
@@ -717,10 +727,8 @@ void forward_head(const Dims& d0, const float* Q, const float* K, const float* V
                   int64_t bh) {
   poi_jax_native::amx_configure_tiles();
   const Dims d = padded(d0);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const int64_t b = bh / d.N, h = bh % d.N;
-  const float* bias_b = bias_ + b * d.Lk;
-  const Dims e = padded(keys_in_use(d, bias_b));
+  const auto [scale, b, h, bias_b, in_use] = pair_of(d, bias_, bh);
+  const Dims e = padded(in_use);
   const int64_t Dp = d.Dp, Lkp = e.Lkp;
   thread_local std::vector<float> buf;
   Scratch sc{scratch(buf, d.Lkp * Dp * 4 + T * Dp * 3 + T * d.Lkp * 2 + d.Lkp * 2 + 256)};
@@ -768,10 +776,8 @@ void backward_head(const Dims& d0, const float* Q, const float* K, const float* 
                    int64_t bh) {
   poi_jax_native::amx_configure_tiles();
   const Dims d = padded(d0);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const int64_t b = bh / d.N, h = bh % d.N;
-  const float* bias_b = bias_ + b * d.Lk;
-  const Dims e = padded(keys_in_use(d, bias_b));
+  const auto [scale, b, h, bias_b, in_use] = pair_of(d, bias_, bh);
+  const Dims e = padded(in_use);
   const int64_t Dp = d.Dp, Lkp = e.Lkp;
   thread_local std::vector<float> buf;
   Scratch sc{scratch(buf, d.Lkp * Dp * 7 + T * Dp * 7 + T * d.Lkp * 5 + d.Lkp * 2 + 512)};
