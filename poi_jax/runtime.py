@@ -129,15 +129,20 @@ def enable_compilation_cache(directory: str | None) -> None:
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+def _libc():
+  """The process's C library (ctypes), or None where it cannot be loaded."""
+  try:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+  except OSError:
+    return None
+
+
 def reuse_freed_memory() -> bool:
   """glibc: serve large blocks from the heap and keep freed memory (see the module docstring).
   False where it does not apply (not glibc) or the C library refused."""
-  if not sys.platform.startswith("linux"):
-    return False
-  try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    mallopt = libc.mallopt
-  except (OSError, AttributeError):  # musl and others: no mallopt
+  libc = _libc() if sys.platform.startswith("linux") else None
+  mallopt = getattr(libc, "mallopt", None)
+  if mallopt is None:  # musl and others: no mallopt
     return False
   # One arena: glibc's per-thread arenas fall back to mmap for blocks over 64 MB whatever the
   # settings below. -1: never trim (the man page's "disables trimming completely").
@@ -149,16 +154,15 @@ def release_freed_memory() -> bool:
   """With ``cpu_malloc=reuse`` in force: hands the heap's free pages back to the system
   (glibc's ``malloc_trim(0)``, which also releases whole free pages inside the heap); False
   (nothing done) otherwise. The training loop calls it where garbage was just freed and the
-  next steps will not want it: after the first step (the compilers' working memory) and after
-  each evaluation (its programs' temporaries). The step's own temporaries are paged in once
-  more on the next step, then kept."""
+  next steps will not want it: after the first step (the compilers' working memory), and before
+  and after each evaluation (the step's kept temporaries, then the evaluation's). The step's
+  temporaries are paged in once more on the next step, then kept."""
   if _applied.get("cpu_malloc") != "reuse":
     return False
-  try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.malloc_trim(0)
-  except (OSError, AttributeError):
+  malloc_trim = getattr(_libc(), "malloc_trim", None)
+  if malloc_trim is None:
     return False
+  malloc_trim(0)
   return True
 
 
