@@ -8,8 +8,8 @@ einsum-softmax-einsum.
   and no attention dropout is active (evaluation, or ``model.attention_dropout=0``); on a
   one-device CPU the kernel timed fastest on this machine at the traced shape
   (`cpu_attention_choice`, cached per CPU), where no timing applies (small problems, several
-  devices) ``cpu_kernel`` when the dtype is float32 and the kernel could be built, else
-  ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
+  devices) ``cpu_kernel`` when the dtype is float32 (or bfloat16 on AMX tiles) and the kernel
+  could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
   fine-tuning applies (0.1), so a GPU training step with attention dropout takes the explicit
   path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
@@ -23,7 +23,8 @@ einsum-softmax-einsum.
   with ``e = exp(s - max s)``: one pass fewer over the ``(B, N, L, L)`` scores) and keeps ``e``;
   the backward forms ``dS = e / sum(e) * (dP - rowsum(dO * O))`` in one pass (flash attention's
   identity). On a CPU it is the fastest of the XLA-op kernels (docs/cpu_profile.md), so ``auto``
-  picks it there when ``cpu_kernel`` does not apply (bfloat16, several devices, no compiler).
+  picks it there when ``cpu_kernel`` does not apply (bfloat16 without AMX, several devices, no
+  compiler).
   Same masks, same dropout bits as ``explicit``; equal to it to float32 rounding.
 * ``cpu_kernel``: a native CPU kernel (`poi_jax.layers.cpu_attention`, an XLA FFI call built
   on first use) that keeps a block of queries' scores in cache, as PyTorch's CPU attention does:
@@ -35,7 +36,9 @@ einsum-softmax-einsum.
   Under ``jax_default_matmul_precision=bfloat16`` (``runtime.matmul_precision``) on a CPU with
   AMX tiles it runs its products in bfloat16 there (``bfloat16=True``: operands rounded, sums
   and softmax in float32), as the dense layers do (`poi_jax.layers.matmul`); XLA's paths keep
-  float32 on a CPU whatever the precision.
+  float32 on a CPU whatever the precision. On bfloat16 inputs (``model.dtype=bfloat16``) it runs
+  that variant too where the CPU has AMX (the operands are bfloat16 already; output in
+  bfloat16), and the float32 kernel on their float32 values elsewhere.
 * ``cudnn``: always the fused kernel; an error when attention dropout is active in training or
   there is no GPU.
 
@@ -156,9 +159,12 @@ def _explicit_vjp(q, k, v, mask, rate, key, deterministic):
 
 
 def _cpu_kernel_usable(dtype, devices: int) -> bool:
-  """``auto``'s test for the native CPU kernel: float32, one device (XLA would gather a sharded
-  run's operands onto every device for an FFI call), and built."""
-  return jnp.dtype(dtype) == jnp.float32 and devices == 1 and cpu_attention.available()
+  """``auto``'s test for the native CPU kernel: float32, or bfloat16 where its bfloat16 variant
+  runs (AMX tiles); one device (XLA would gather a sharded run's operands onto every device for
+  an FFI call); and built."""
+  usable_dtype = jnp.dtype(dtype) == jnp.float32 or (
+      jnp.dtype(dtype) == jnp.bfloat16 and cpu_attention.bfloat16_variant(dtype))
+  return usable_dtype and devices == 1 and cpu_attention.available()
 
 
 def choose(implementation: str, dtype, dropout_active: bool,
@@ -291,8 +297,8 @@ def _note(implementation: str, kind: str, shape, dtype, dropout_active: bool) ->
   b, lq, lk, n, dh = shape
   where = (f"{b}x{lq}x{lk}x{n}x{dh} {jnp.dtype(dtype).name}"
            + (" dropout" if dropout_active else ""))
-  if kind == "cpu_kernel" and cpu_attention.bfloat16_precision():
-    kind = "cpu_kernel bfloat16 (AMX)"  # the kernel's variant for bfloat16 matmul precision
+  if kind == "cpu_kernel" and cpu_attention.bfloat16_variant(dtype):
+    kind = "cpu_kernel bfloat16 (AMX)"  # the kernel's variant on AMX tiles
   platform, devices = target.platform_and_devices()
   if implementation != "auto":
     how = "model.attention"
@@ -326,7 +332,7 @@ def _attend(kind, q, k, v, mask, implementation, dropout_rate, key, dropout_acti
   kind = _runnable(kind, mask)
   if kind == "cpu_kernel":
     bias = None if mask is None else jnp.where(mask[:, 0, 0, :], 0.0, jnp.finfo(jnp.float32).min)
-    bf16 = cpu_attention.bfloat16_precision()  # bfloat16 matmul precision on AMX tiles
+    bf16 = cpu_attention.bfloat16_variant(q.dtype)  # on AMX tiles
     if not dropout_active:
       return cpu_attention.attention(q, k, v, bias, bfloat16=bf16)
     return cpu_attention.attention(q, k, v, bias, dropout_rate=float(dropout_rate),

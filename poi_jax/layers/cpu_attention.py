@@ -172,6 +172,14 @@ def amx_unavailable_reason() -> str | None:
   return _state.get("amx_reason")
 
 
+def bfloat16_variant(dtype) -> bool:
+  """Whether attention on ``dtype`` inputs traced now takes the bfloat16 variant: the inputs are
+  bfloat16 (``model.dtype=bfloat16``: their products are exact in the variant, as in XLA's
+  bfloat16 dot) or the matmul precision asks for bfloat16 (`bfloat16_precision`), and the
+  variant is available."""
+  return bfloat16_precision() or (jnp.dtype(dtype) == jnp.bfloat16 and amx_available())
+
+
 def bfloat16_precision() -> bool:
   """Whether attention traced now takes the bfloat16 variant: the matmul precision asks for
   bfloat16 (``jax_default_matmul_precision``, ``runtime.matmul_precision``) and the variant is

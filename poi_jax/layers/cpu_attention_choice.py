@@ -121,8 +121,10 @@ def _xla_flags_part() -> str:
 def key_of(shape: tuple[int, ...], dtype, dropout: bool) -> str:
   # The native kernel's build (source, flags, compiler) is in the key: a timing of one build says
   # nothing of the next (the AVX2 fix of 2026-11-27 made it 11x faster on such a CPU).
-  # The native kernel's bfloat16 variant (bfloat16 matmul precision on AMX) is timed apart.
-  precision = "|bf16 matmuls" if cpu_attention.bfloat16_precision() else ""
+  # The native kernel's bfloat16 variant (bfloat16 matmul precision or inputs, on AMX) is timed
+  # apart: "bf16 matmuls" (also what a bfloat16 problem's key lacked while the kernel was not
+  # among its candidates, so those older timings are not reused).
+  precision = "|bf16 matmuls" if cpu_attention.bfloat16_variant(dtype) else ""
   return (f"{cpu_identity()}|kernel {cpu_attention.build_id()}{_xla_flags_part()}|"
           f"{jax.numpy.dtype(dtype).name}{precision}|dropout {int(dropout)}|"
           f"shape {'x'.join(map(str, shape))}")

@@ -67,23 +67,24 @@ def _is_linear(lhs, rhs, dimension_numbers) -> bool:
 
 @jax.custom_vjp
 def _linear_amx(x: jax.Array, w: jax.Array) -> jax.Array:
-  """``x (..., in) @ w (in, out) -> (..., out)`` float32, from bfloat16 operands on AMX tiles."""
+  """``x (..., in) @ w (in, out) -> (..., out)`` in x's dtype (float32 or bfloat16), from
+  bfloat16 operands on AMX tiles, sums in float32."""
   return _linear_amx_fwd(x, w)[0]
 
 
 def _linear_amx_fwd(x, w):
   xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
   y = cpu_matmul_amx.matmul(xb.reshape(-1, x.shape[-1]), wb)
-  return y.reshape(*x.shape[:-1], w.shape[1]), (xb, wb)
+  return y.reshape(*x.shape[:-1], w.shape[1]).astype(x.dtype), (xb, wb)
 
 
 def _linear_amx_bwd(residuals, dy):
-  xb, wb = residuals
+  xb, wb = residuals  # (x and w have dy's dtype: `_is_linear`)
   dy2 = dy.reshape(-1, dy.shape[-1])
   dx = cpu_matmul_amx.matmul(dy2, wb, trans_b=True).reshape(xb.shape)
   # The kernel transposes x itself (XLA's bfloat16 transpose, tried instead, took as long).
   dw = cpu_matmul_amx.matmul(xb.reshape(-1, xb.shape[-1]), dy2, trans_a=True)
-  return dx, dw
+  return dx.astype(dy.dtype), dw.astype(dy.dtype)
 
 
 _linear_amx.defvjp(_linear_amx_fwd, _linear_amx_bwd)
@@ -93,8 +94,11 @@ def bfloat16_on_amx() -> bool:
   """Whether a float32 Linear traced now (without a precision of its own) runs on the AMX
   kernel: ``jax_default_matmul_precision`` is ``bfloat16``, the devices are one CPU, and the
   kernel is available there."""
-  if jax.config.jax_default_matmul_precision != "bfloat16":
-    return False
+  return jax.config.jax_default_matmul_precision == "bfloat16" and amx_single_cpu()
+
+
+def amx_single_cpu() -> bool:
+  """Whether the devices are one CPU and the AMX matmul kernel is available there."""
   platform, devices = target.platform_and_devices()
   return platform == "cpu" and devices == 1 and cpu_matmul_amx.available()
 
@@ -109,6 +113,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
       and _is_linear(lhs, rhs, dimension_numbers)):
     if precision is None and lhs.dtype == jnp.float32 and bfloat16_on_amx():
       return _linear_amx(lhs, rhs)
+    if lhs.dtype == jnp.bfloat16 and amx_single_cpu():
+      return _linear_amx(lhs, rhs)  # bfloat16 in and out: XLA's own dot, at the tiles' speed
     return _linear(lhs, rhs, precision)
   kwargs = {} if out_sharding is None else {"out_sharding": out_sharding}
   return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,

@@ -99,7 +99,8 @@ def test_cpu_kernel_in_training_draws_its_dropout_from_the_key():
 
 @pytest.mark.parametrize("backend,implementation,dtype,dropout,want", [
     # On a CPU the native kernel is the fastest (docs/cpu_profile.md): float32, with or without
-    # attention dropout (drawn in the kernel); else the hand-written backward.
+    # attention dropout (drawn in the kernel); else (bfloat16 on a CPU without AMX tiles: the
+    # test's) the hand-written backward.
     ("cpu", "auto", jnp.bfloat16, False, "explicit_vjp"),
     ("cpu", "auto", jnp.float32, False, "cpu_kernel"),
     ("cpu", "auto", jnp.float32, True, "cpu_kernel"),
@@ -122,8 +123,23 @@ def test_cpu_kernel_in_training_draws_its_dropout_from_the_key():
 def test_choice_of_kernel(monkeypatch, backend, implementation, dtype, dropout, want):
   monkeypatch.setattr(jax, "default_backend", lambda: backend)
   monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
+  monkeypatch.setattr(attention.cpu_attention, "amx_available", lambda: False)
   monkeypatch.setattr(jax, "device_count", lambda: 1)
   assert attention.choose(implementation, dtype, dropout) == want
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_bfloat16_takes_the_native_kernel_where_its_amx_variant_runs(monkeypatch, dropout):
+  """``model.dtype=bfloat16`` on a CPU with AMX tiles: the kernel's bfloat16 variant (its
+  products are the bfloat16 inputs' own), not the XLA-op path (bfloat16 einsums that XLA's CPU
+  backend runs as float32 between conversions)."""
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  monkeypatch.setattr(attention.cpu_attention, "available", lambda: True)
+  monkeypatch.setattr(attention.cpu_attention, "amx_available", lambda: True)
+  monkeypatch.setattr(jax, "device_count", lambda: 1)
+  assert attention.choose("auto", jnp.bfloat16, dropout) == "cpu_kernel"
+  assert attention.cpu_attention.bfloat16_variant(jnp.bfloat16)
+  assert not attention.cpu_attention.bfloat16_variant(jnp.float32)
 
 
 def test_auto_keeps_xla_ops_without_the_kernel_or_on_several_devices(monkeypatch):

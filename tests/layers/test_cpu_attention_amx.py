@@ -131,6 +131,26 @@ def test_bfloat16_precision_selects_the_variant():
   assert attention.kernels_used()["1x40x40x2x32 float32"]["kernel"] == "cpu_kernel bfloat16 (AMX)"
 
 
+@needs_amx
+def test_bfloat16_inputs_select_the_variant_at_any_precision():
+  """``model.dtype=bfloat16``: the attention layer's native kernel runs the AMX variant on the
+  bfloat16 inputs (their products are exact there), returns bfloat16, and equals the variant
+  run on the same values in float32."""
+  rng = np.random.default_rng(3)
+  q = jnp.asarray(rng.standard_normal((2, 40, 64)), jnp.bfloat16)
+  mask = attention.key_mask(jnp.ones((2, 40), jnp.int32))
+  run = lambda q: attention.dot_product_attention(q, q, q, mask, num_heads=2,
+                                                  implementation="cpu_kernel")
+  assert "('bfloat16', True)" in str(jax.make_jaxpr(run)(q))
+  out = run(q)
+  assert out.dtype == jnp.bfloat16
+  heads = q.astype(jnp.float32).reshape(2, 40, 2, 32)
+  want = cpu_attention.attention(heads, heads, heads, None, bfloat16=True).reshape(2, 40, 64)
+  np.testing.assert_array_equal(np.asarray(out, np.float32),
+                                np.asarray(want.astype(jnp.bfloat16), np.float32))
+  assert attention.kernels_used()["2x40x40x2x32 bfloat16"]["kernel"] == "cpu_kernel bfloat16 (AMX)"
+
+
 def test_without_amx_the_precision_keeps_the_float32_kernel(monkeypatch):
   """Where the variant is not available (no AMX, tiles refused) bfloat16 precision leaves the
   float32 kernel in place, as XLA's CPU backend ignores it; asking for the variant directly is an

@@ -99,6 +99,34 @@ def test_linear_under_bfloat16_precision_matches_pytorch_autocast_math():
   assert np.abs(np.asarray(y).reshape(-1, 72) - (x2 @ w + bias)).max() > 1e-4
 
 
+@needs_amx
+def test_bfloat16_linear_runs_on_the_tiles_and_rounds_like_pytorch():
+  """``model.dtype=bfloat16`` (a Linear on bfloat16 inputs and weights) on a CPU with AMX: the
+  three matmuls on the tiles whatever the precision, each the float32 sum of the bfloat16
+  products rounded once to bfloat16, as PyTorch's bfloat16 ``linear`` on a CPU computes it: at
+  most one bfloat16 step (2^-8 relative) from the float64 reference of the same bfloat16 values
+  (a sum of another order can round the other way)."""
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal((3, 40, 96)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((96, 72)) * 0.2, jnp.bfloat16)
+  cot = jnp.asarray(rng.standard_normal((3, 40, 72)), jnp.bfloat16)
+  f = lambda x, w: matmul.dot_general(x, w, LINEAR)
+  assert "poi_jax_cpu_matmul_amx" in str(jax.make_jaxpr(f)(x, w))
+  y, vjp = jax.vjp(f, x, w)
+  dx, dw = vjp(cot)
+  assert y.dtype == dx.dtype == dw.dtype == jnp.bfloat16
+  f64 = lambda a: np.asarray(jnp.asarray(a, jnp.float32), np.float64)
+  x2, w2, c2 = f64(x).reshape(-1, 96), f64(w), f64(cot).reshape(-1, 72)
+  for name, got, want in (("y", y, x2 @ w2), ("dx", dx, c2 @ w2.T), ("dw", dw, x2.T @ c2)):
+    got = f64(got).reshape(want.shape)
+    step = np.maximum(np.abs(want), 1e-30) * 2.0 ** -8
+    assert np.all(np.abs(got - want) <= step + 1e-6), (name, np.abs(got - want).max())
+  # What PyTorch's bfloat16 linear gives, the same to within that step.
+  ty = torch.nn.functional.linear(torch.from_numpy(f64(x)).bfloat16(),
+                                  torch.from_numpy(w2.T.copy()).bfloat16()).double().numpy()
+  assert np.all(np.abs(f64(y) - ty) <= np.abs(ty) * 2.0 ** -7 + 1e-6)
+
+
 def test_default_precision_keeps_xla_matmuls():
   x, w = jnp.ones((2, 3, 4)), jnp.ones((4, 5))
   jaxpr = str(jax.make_jaxpr(lambda a, b: matmul.dot_general(a, b, LINEAR))(x, w))
