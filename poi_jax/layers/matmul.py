@@ -25,6 +25,9 @@ rounded to bfloat16, sums and results in float32, the backward's from the bfloat
 ``W`` the forward used. That is what ``torch.autocast("cpu", torch.bfloat16)`` does to linear
 layers, at the tiles' speed (XLA's CPU backend ignores the precision and stays in float32). On a
 CPU without AMX, or without the kernel, the precision is ignored there as XLA ignores it.
+A Linear on bfloat16 inputs (``model.dtype=bfloat16``) on such a CPU runs there too, whatever
+the precision: bfloat16 in and out, float32 sums, what XLA's bfloat16 dot computes (as float32
+between conversions, at a fraction of the tiles' speed).
 """
 from __future__ import annotations
 
