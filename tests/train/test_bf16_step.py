@@ -78,9 +78,12 @@ def table_ops(text):
 
 
 def dot_operand_types(text):
-  """``[(lhs, rhs)]`` types of every dot_general, e.g. ``("2x32x64xbf16", "64x64xbf16")``."""
+  """``[(lhs, rhs)]`` types of every dot_general, e.g. ``("2x32x64xbf16", "64x64xbf16")``, and
+  of every call of the AMX matmul kernel (a CPU with AMX tiles runs a bfloat16 Linear there,
+  `poi_jax.layers.matmul`)."""
   return [(a + "x" + ta, b + "x" + tb) for a, ta, b, tb in re.findall(
-      r"stablehlo\.dot_general .*? : \(" + _TYPE + ", " + _TYPE + r"\)", text)]
+      r"(?:stablehlo\.dot_general |stablehlo\.custom_call @poi_jax_cpu_matmul_amx\().*? : \("
+      + _TYPE + ", " + _TYPE + r"\)", text)]
 
 
 @pytest.mark.parametrize("case", list(CASES))
