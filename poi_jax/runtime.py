@@ -174,8 +174,8 @@ def cpu_only() -> bool:
   # Not initialising the backend: an accelerator may be used when its plugin is installed *and*
   # the machine has the device. The plugin alone says nothing: the README's install brings
   # libtpu (for `bench/sizing.py`'s TPU compiler) to every CPU machine, where treating the run
-  # as a possible TPU one left the CPU step without memory reuse and its XLA flags (1.00x
-  # against 0.87x `torch.compile` on a 2-core Xeon, docs/results.md).
+  # as a possible TPU one left the CPU step without memory reuse and its XLA flags (0.90x
+  # against 0.81-0.87x `torch.compile` on a 2-core Xeon with the benchmarks' reuse, results.md).
   try:
     import importlib.util
     return not any(importlib.util.find_spec(plugin) and any(glob.glob(p) for p in device_files)
