@@ -9,9 +9,9 @@ einsum-softmax-einsum.
   one-device CPU the kernel timed fastest on this machine at the traced shape
   (`cpu_attention_choice`, cached per CPU), where no timing applies (small problems, several
   devices) ``cpu_kernel`` when the dtype is float32 (or bfloat16 on AMX tiles) and the kernel
-  could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention probabilities, which BERT
-  fine-tuning applies (0.1), so a GPU training step with attention dropout takes the explicit
-  path; a shape cuDNN rejects falls back to XLA too.
+  could be built, else ``explicit_vjp``; else XLA. cuDNN has no dropout on the attention
+  probabilities, which BERT fine-tuning applies (0.1), so a GPU training step with attention
+  dropout takes the explicit path; a shape cuDNN rejects falls back to XLA too.
 * ``xla``: `jax.nn.dot_product_attention(implementation="xla")`, or the explicit path when
   attention dropout is active.
 * ``explicit``: the einsum-softmax-einsum below (transformers' eager attention): an additive
@@ -163,7 +163,7 @@ def _cpu_kernel_usable(dtype, devices: int) -> bool:
   runs (AMX tiles); one device (XLA would gather a sharded run's operands onto every device for
   an FFI call); and built."""
   usable_dtype = jnp.dtype(dtype) == jnp.float32 or (
-      jnp.dtype(dtype) == jnp.bfloat16 and cpu_attention.bfloat16_variant(dtype))
+      jnp.dtype(dtype) == jnp.bfloat16 and cpu_attention.amx_available())
   return usable_dtype and devices == 1 and cpu_attention.available()
 
 
