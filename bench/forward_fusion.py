@@ -64,8 +64,8 @@ _BF16 = flags.DEFINE_bool("bf16", False,
                            "under CPU bf16 autocast (module docstring).")
 _MALLOC = flags.DEFINE_enum(
     "cpu_malloc", "system", ["system", "reuse"],
-    "runtime.cpu_malloc for the JAX side (system: the Reader's and the engine's default; reuse: "
-    "each call's temporaries kept instead of paged in afresh).")
+    "runtime.cpu_malloc for the JAX side (system: the Reader's default, and the engine's "
+    "outside training; reuse: each call's temporaries kept instead of paged in afresh).")
 _FLOOR = flags.DEFINE_bool("floor", True,
                             "Add the dense-matmul floor row (module docstring).")
 EAGER = "PyTorch eager (transformers)"

@@ -64,8 +64,8 @@ _BF16 = flags.DEFINE_bool("bf16", False, "Also bfloat16 rows: the Reader with bf
                           "precision, PyTorch under CPU bf16 autocast (module docstring).")
 _MALLOC = flags.DEFINE_enum(
     "cpu_malloc", "system", ["system", "reuse"],
-    "runtime.cpu_malloc for the JAX side (system: the Reader's and the engine's default; reuse: "
-    "each call's temporaries kept instead of paged in afresh).")
+    "runtime.cpu_malloc for the JAX side (system: the Reader's default, and the engine's "
+    "outside training; reuse: each call's temporaries kept instead of paged in afresh).")
 _YNNPACK = flags.DEFINE_bool("cpu_forward_ynnpack", False,
                              "Compile the Reader's forward with XLA's default YNNPACK fusions "
                              "(runtime.cpu_forward_ynnpack; the Reader's default before "

@@ -10,19 +10,22 @@ A library user who builds the engine's pieces directly calls it once, first thin
   when set, else ``$XDG_CACHE_HOME/poi_jax/jax`` (``~/.cache/poi_jax/jax``); ``"none"``: off; any
   other value: that directory. Every program is cached, however small or quick to compile
   (JAX's own default skips programs that compile in under a second: most of the engine's).
-* ``cpu_malloc``: ``"system"`` (default): glibc's defaults, memory bounded by what is live.
+* ``cpu_malloc``: ``"auto"`` (default): ``"reuse"`` for a training run (`poi_jax.main` with
+  ``--mode=train`` or ``train_and_eval``: ``configure(..., training=True)``), ``"system"`` for
+  everything else. ``"system"``: glibc's defaults, memory bounded by what is live.
   ``"reuse"`` keeps freed memory in the process (glibc only; CPU-only runs: on an accelerator the
   step's temporaries are device memory). XLA's CPU runtime allocates each step's temporaries
   (about 1 GB for the MiniLM POI-Net step, 8 x 256) afresh, and glibc serves blocks that large
-  with a new ``mmap`` every time, so every step first-touches a gigabyte of new pages: ~265,000
-  page faults a step. ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large blocks, no
-  trimming, so later steps reuse the pages of earlier ones (0 faults a step from the 4th on;
-  the step alone 1.36x faster in ``bench/train_step.py --compare_runtime``). The price: the heap
+  with a new ``mmap`` every time, so every step first-touches a gigabyte of new pages: ~130,000
+  to 265,000 page faults a step. ``"reuse"`` sets ``mallopt``: one arena, no ``mmap`` for large
+  blocks, no trimming, so later steps reuse the pages of earlier ones (0 faults a step from the
+  4th on; the step alone 1.13-1.36x faster, ``bench/cpu_ab.py --variant``). The price: the heap
   keeps what was freed, the compilers' working memory included, so the training loop hands it
   back (`release_freed_memory`) after its first step and around each evaluation; the CPU
-  quickstart then peaks at 4.1 GB against 2.5 GB with ``"system"`` (6.3 GB without the
-  hand-backs), 1.10x faster end to end (docs/performance.md). Processes that never reach the
-  loop (a test suite, a server) would keep their compilers' garbage, so it is opt-in.
+  quickstart then peaks at 4.1-4.3 GB against 2.5 GB with ``"system"`` (6.3 GB without the
+  hand-backs), 1.07-1.10x faster end to end (docs/performance.md). Processes that never reach the
+  loop (a test suite, the `Reader`) would keep their compilers' garbage, hence ``"auto"``;
+  the server asks for ``"reuse"`` itself (its own flag).
   It must run before XLA's threads first allocate, i.e. before the backend starts. (glibc's
   ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, set before Python starts, gives 2 MiB pages, 600
   faults a step, no retained memory; on the 2-core machine it was slower, not faster.)
@@ -88,7 +91,7 @@ def defaults() -> ml_collections.ConfigDict:
   """The runtime section of `poi_jax/config/base.py` (for configs written before it existed)."""
   c = ml_collections.ConfigDict()
   c.compilation_cache_dir = ""
-  c.cpu_malloc = "system"
+  c.cpu_malloc = "auto"
   c.xla_cpu_flags = ""
   c.cpu_forward_ynnpack = False
   c.matmul_precision = ""
@@ -150,6 +153,13 @@ def reuse_freed_memory() -> bool:
              for param, value in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)))
 
 
+def applied() -> dict[str, object]:
+  """What the first `configure` applied to this process (empty before it): ``cpu_malloc``
+  (``"reuse"``, ``"system"`` or ``"system (not glibc)"``), ``xla_flags`` where some were added,
+  ``cpu_forward_ynnpack``, ``compilation_cache_dir``, ``matmul_precision`` where set."""
+  return dict(_applied)
+
+
 def release_freed_memory() -> bool:
   """With ``cpu_malloc=reuse`` in force: hands the heap's free pages back to the system
   (glibc's ``malloc_trim(0)``, which also releases whole free pages inside the heap); False
@@ -196,18 +206,30 @@ def add_xla_flags(flags: str) -> str:
   return value
 
 
-def configure(runtime: ml_collections.ConfigDict | dict | None = None) -> dict[str, object]:
-  """Applies ``runtime`` (`defaults` for missing fields); returns what was applied."""
+CPU_MALLOCS = ("auto", "reuse", "system")
+
+
+def configure(runtime: ml_collections.ConfigDict | dict | None = None, *,
+              training: bool = False) -> dict[str, object]:
+  """Applies ``runtime`` (`defaults` for missing fields); returns what was applied.
+
+  ``training``: the process is a training run that reaches the loop's memory hand-backs
+  (`poi_jax.main`'s training modes), so ``cpu_malloc="auto"`` means ``"reuse"``.
+  """
   settings = defaults()
   if runtime is not None:
     settings.update(dict(runtime))
-  if settings.cpu_malloc not in ("reuse", "system"):
-    raise ValueError(f"runtime.cpu_malloc={settings.cpu_malloc!r}: choose reuse or system")
+  if settings.cpu_malloc not in CPU_MALLOCS:
+    raise ValueError(f"runtime.cpu_malloc={settings.cpu_malloc!r}: choose one of "
+                     f"{', '.join(CPU_MALLOCS)}")
+  cpu_malloc = settings.cpu_malloc
+  if cpu_malloc == "auto":
+    cpu_malloc = "reuse" if training else "system"
   if settings.matmul_precision not in MATMUL_PRECISIONS:
     raise ValueError(f"runtime.matmul_precision={settings.matmul_precision!r}: choose one of "
                      f"{', '.join(repr(p) for p in MATMUL_PRECISIONS)}")
   if not _applied:
-    if settings.cpu_malloc == "reuse" and cpu_only():
+    if cpu_malloc == "reuse" and cpu_only():
       _applied["cpu_malloc"] = "reuse" if reuse_freed_memory() else "system (not glibc)"
     else:  # on an accelerator the step's temporaries live in device memory: nothing to reuse
       _applied["cpu_malloc"] = "system"

@@ -42,7 +42,7 @@ _CHILD = r"""
 import json, os, resource, sys
 import jax, jax.numpy as jnp
 from poi_jax import runtime
-applied = runtime.configure(json.loads(sys.argv[1]))
+applied = runtime.configure(json.loads(sys.argv[1]), training=sys.argv[2:] == ["training"])
 # An engine-like step: donated state, a 32 MiB temporary each call (the barrier keeps XLA from
 # fusing ``x * 0.5`` into the sum: it is written out, then read back reversed). Cheap on purpose.
 f = jax.jit(lambda x: x + jax.lax.optimization_barrier(x * 0.5)[::-1], donate_argnums=0)
@@ -70,13 +70,14 @@ print(json.dumps({"applied": applied, "faults": faults, "released": released,
 """
 
 
-def _child(settings: dict, tmp_path, **env) -> dict:
+def _child(settings: dict, tmp_path, training: bool = False, **env) -> dict:
   environ = {k: v for k, v in os.environ.items()
              if k not in ("XLA_FLAGS", runtime.CACHE_DIR_ENV,
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
   environ.update(JAX_PLATFORMS="cpu", XDG_CACHE_HOME=str(tmp_path / "xdg"),
                  PYTHONPATH=str(ROOT), **env)
-  r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(settings)], capture_output=True,
+  r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(settings),
+                      *(["training"] if training else [])], capture_output=True,
                      text=True, cwd=ROOT, env=environ, timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   return json.loads(r.stdout.strip().splitlines()[-1])
@@ -97,6 +98,17 @@ def test_memory_reuse_stops_per_step_page_faults_and_hands_back_on_request(tmp_p
   assert reuse["released"] is True and reuse["rss_freed_mb"] > 200, reuse
   assert system["released"] is False and system["rss_freed_mb"] < 50, system
   assert system["cache_on"] is False and reuse["cache_on"] is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt: Linux only")
+def test_auto_reuses_memory_in_training_runs_only(tmp_path):
+  # The default: a training run (poi_jax.main's train modes) reaches the loop's hand-backs, so
+  # it keeps freed pages; anything else (the Reader, a test suite, a library user) does not.
+  training = _child({"compilation_cache_dir": "none"}, tmp_path, training=True)
+  other = _child({"cpu_malloc": "auto", "compilation_cache_dir": "none"}, tmp_path)
+  assert training["applied"]["cpu_malloc"] == "reuse", training
+  assert other["applied"]["cpu_malloc"] == "system", other
+  assert training["released"] is True and other["released"] is False
 
 
 def test_default_cache_is_per_user_and_caches_small_programs(tmp_path):

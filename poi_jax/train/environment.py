@@ -36,24 +36,30 @@ def _cpu_model() -> str:
 
 
 def describe() -> dict:
-  """``{"device", "platform", "device_count", "process_count", "matmul_precision", "versions"}``:
+  """``{"device", "platform", "device_count", "process_count", "matmul_precision",
+  ["cpu_malloc",] "versions"}``:
   ``device`` is the devices' kind (e.g. ``NVIDIA H100 80GB HBM3``; on the CPU backend the CPU's
   model and the cores this process may use, since JAX's kind is only ``cpu``), ``versions`` maps
-  each of `PACKAGES` that is installed, and ``python``, to its version."""
+  each of `PACKAGES` that is installed, and ``python``, to its version; ``cpu_malloc`` (CPU
+  only) is the heap setting `poi_jax.runtime.configure` applied."""
   import jax  # (here: `device` and `software` format a record without JAX, e.g. in the runner)
   devices = jax.devices()
   versions = {"python": platform.python_version()}
   versions.update({p: v for p in PACKAGES if (v := _version(p)) is not None})
   kind = devices[0].device_kind
+  record = {}
   if devices[0].platform == "cpu":
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     kind = f"{_cpu_model()}, {cores} cores"
+    from poi_jax import runtime
+    # The heap's setting moves a CPU run's speed by 1.1-1.4x (poi_jax/runtime.py).
+    record["cpu_malloc"] = runtime.applied().get("cpu_malloc", "system (not configured)")
   return {"device": kind, "platform": devices[0].platform,
           "device_count": len(devices), "process_count": jax.process_count(),
           # "default" on a GPU is TF32-class matmuls; results differ from float32's in the 4th
           # decimal (docs/testing.md), so it belongs with the scores.
           "matmul_precision": _matmul_precision(devices),
-          "versions": versions}
+          **record, "versions": versions}
 
 
 def _matmul_precision(devices) -> str:

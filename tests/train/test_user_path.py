@@ -57,6 +57,8 @@ def test_training_output_is_short_and_quiet(trained):
   env = json.loads((work / "environment.json").read_text())
   assert env["platform"] == "cpu" and env["versions"]["jax"] == jax.__version__
   assert f"device {env['device']}; jax {jax.__version__}," in r.stdout
+  # A training run keeps its freed memory for the next step (runtime.cpu_malloc=auto).
+  assert env["cpu_malloc"] in ("reuse", "system (not glibc)"), env
   # And which attention kernel each traced problem ran (`auto` chooses per machine): the
   # training step's (attention dropout on) and the evaluation's (off).
   kernels = env["attention"]
