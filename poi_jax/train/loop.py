@@ -27,6 +27,7 @@ such updates instead); a resume restores the newest intact checkpoint; failed wr
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import signal
 import time
@@ -48,6 +49,20 @@ from poi_jax.train import placement
 from poi_jax.train.run import MODES, Run, record_kernels, setup_run
 
 __all__ = ["MODES", "Preempted", "train_and_evaluate"]
+
+
+# The most training steps dispatched and not yet computed. JAX dispatches asynchronously: without
+# a bound the loop runs ahead of the computation until something reads a result (the next log
+# line, up to ``train.log_every`` steps later), so the progress bar, its ETA and the stuck-process
+# watchdog count steps not yet computed, and a SIGTERM's checkpoint first waits for all of them
+# (minutes on a CPU, where a cloud's preemption notice gives ~30 s). Two keep an accelerator fed:
+# one step runs while the next is queued.
+STEPS_IN_FLIGHT = 2
+
+
+def _wait_for(out) -> None:
+  """Blocks until the step that produced ``out`` has been computed."""
+  jax.block_until_ready(out)
 
 
 class Preempted(RuntimeError):
@@ -226,6 +241,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   throughput = Throughput(step, config.train.batch_size)
   first_step = step + 1
   window: list = []  # step outputs since the last log, still on the device
+  in_flight: collections.deque = collections.deque()  # the dispatched steps' outputs
   watcher = ckpt_lib.PreemptionWatcher()
 
   def preempted() -> Preempted:
@@ -244,6 +260,9 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
       while step < micro_total:
         batch = placement.global_batch(next(loader), sharded.mesh)
         sharded.state, out = sharded.train_step(sharded.state, batch)
+        in_flight.append(out)
+        if len(in_flight) > STEPS_IN_FLIGHT:  # (after the dispatch: the queue never runs dry)
+          _wait_for(in_flight.popleft())
         step += 1
         bar.update(1)
         window.append(out)
