@@ -99,6 +99,7 @@ def defaults() -> ml_collections.ConfigDict:
 
 
 MATMUL_PRECISIONS = ("", "default", "bfloat16", "tensorfloat32", "float32")
+CPU_MALLOCS = ("auto", "reuse", "system")
 
 
 def default_cache_dir() -> str:
@@ -204,9 +205,6 @@ def add_xla_flags(flags: str) -> str:
   if extra:
     os.environ["XLA_FLAGS"] = value
   return value
-
-
-CPU_MALLOCS = ("auto", "reuse", "system")
 
 
 def configure(runtime: ml_collections.ConfigDict | dict | None = None, *,
