@@ -34,6 +34,7 @@ _RULES: dict[str, tuple[Callable[[float], bool], str]] = {
     "train.log_every": (lambda v: v >= 1, ">= 1"),
     "train.eval_every": (lambda v: v == -1 or v >= 1, ">= 1, or -1 (each epoch)"),
     "train.save_every": (lambda v: v >= 1, ">= 1"),
+    "train.steps_in_flight": (lambda v: v >= 1 and v == int(v), "an integer >= 1"),
     "train.keep_checkpoints": (lambda v: v >= 1, ">= 1"),
     "data.max_seq_length": (lambda v: v >= 8, ">= 8"),
     "data.doc_stride": (lambda v: v >= 1, ">= 1"),

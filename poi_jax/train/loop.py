@@ -51,12 +51,12 @@ from poi_jax.train.run import MODES, Run, record_kernels, setup_run
 __all__ = ["MODES", "Preempted", "train_and_evaluate"]
 
 
-# The most training steps dispatched and not yet computed. JAX dispatches asynchronously: without
-# a bound the loop runs ahead of the computation until something reads a result (the next log
-# line, up to ``train.log_every`` steps later), so the progress bar, its ETA and the stuck-process
-# watchdog count steps not yet computed, and a SIGTERM's checkpoint first waits for all of them
-# (minutes on a CPU, where a cloud's preemption notice gives ~30 s). Two keep an accelerator fed:
-# one step runs while the next is queued.
+# The most training steps dispatched and not yet computed (``train.steps_in_flight``'s default).
+# JAX dispatches asynchronously: without a bound the loop runs ahead of the computation until
+# something reads a result (the next log line, up to ``train.log_every`` steps later), so the
+# progress bar, its ETA and the stuck-process watchdog count steps not yet computed, and a
+# SIGTERM's checkpoint first waits for all of them (minutes on a CPU, where a cloud's preemption
+# notice gives ~30 s). Two keep an accelerator fed: one step runs while the next is queued.
 STEPS_IN_FLIGHT = 2
 
 
@@ -242,6 +242,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
   first_step = step + 1
   window: list = []  # step outputs since the last log, still on the device
   in_flight: collections.deque = collections.deque()  # the dispatched steps' outputs
+  steps_in_flight = int(config.train.get("steps_in_flight", STEPS_IN_FLIGHT))
   watcher = ckpt_lib.PreemptionWatcher()
 
   def preempted() -> Preempted:
@@ -261,7 +262,7 @@ def train(run: Run, *, evaluate_at_end: bool) -> dict:
         batch = placement.global_batch(next(loader), sharded.mesh)
         sharded.state, out = sharded.train_step(sharded.state, batch)
         in_flight.append(out)
-        if len(in_flight) > STEPS_IN_FLIGHT:  # (after the dispatch: the queue never runs dry)
+        if len(in_flight) > steps_in_flight:  # (after the dispatch: the queue never runs dry)
           _wait_for(in_flight.popleft())
         step += 1
         bar.update(1)

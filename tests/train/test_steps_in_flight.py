@@ -1,11 +1,15 @@
-"""The training loop dispatches at most `loop.STEPS_IN_FLIGHT` steps ahead of the computation:
-JAX dispatches asynchronously, and without the bound the loop ran up to ``train.log_every``
-steps ahead (the progress bar and the watchdog counting steps not yet computed, and a SIGTERM's
+"""The training loop dispatches at most ``train.steps_in_flight`` steps (`loop.STEPS_IN_FLIGHT`,
+2, by default) ahead of the computation: JAX dispatches asynchronously, and without the bound the
+loop ran up to ``train.log_every`` steps ahead (the progress bar and the watchdog counting steps not yet computed, and a SIGTERM's
 checkpoint waiting for all of them)."""
+import pytest
+
 from tests.conftest import SQUAD
 
 
-def test_the_loop_waits_for_the_step_in_flight_steps_back(tmp_path, monkeypatch):
+@pytest.mark.parametrize("steps_in_flight", [None, 1])  # None: the default
+def test_the_loop_waits_for_the_step_in_flight_steps_back(tmp_path, monkeypatch,
+                                                           steps_in_flight):
   from configs import squad2 as squad_config
   from poi_jax.train import loop
   events = []
@@ -29,8 +33,11 @@ def test_the_loop_waits_for_the_step_in_flight_steps_back(tmp_path, monkeypatch)
     config.train.max_steps, config.train.eval_every = steps, 100
     config.train.save_every, config.train.log_every = 100, 100  # nothing else reads a result
     config.train.export_best = False
+    if steps_in_flight is not None:
+      config.train.steps_in_flight = steps_in_flight
   loop.train_and_evaluate(config, str(tmp_path / "work"), "train")
-  k = loop.STEPS_IN_FLIGHT
+  k = steps_in_flight or loop.STEPS_IN_FLIGHT
+  assert config.train.steps_in_flight == k and loop.STEPS_IN_FLIGHT == 2
   # Each step from the (k+1)-th on waits, right after its dispatch, for the one k steps back.
   assert events == ["dispatch"] * (k + 1) + ["wait", "dispatch"] * (steps - k - 1) + ["wait"], \
       events

@@ -123,7 +123,8 @@ def test_eval_without_checkpoint_or_weights_is_an_error(tmp_path):
     ("--config.data.doc_stride=0", "data.doc_stride"),
     ("--config.data.length_buckets=fast", "data.length_buckets"),
     ("--config.data.bucket_window_batches=0", "data.bucket_window_batches"),
-    ("--config.optim.warmup_ratio=1.5", "optim.warmup_ratio")])
+    ("--config.optim.warmup_ratio=1.5", "optim.warmup_ratio"),
+    ("--config.train.steps_in_flight=0", "train.steps_in_flight")])
 def test_values_outside_their_domain_are_refused_before_anything(tmp_path, override, field):
   extra = [override] + (["--config.train.max_steps=0"] if "epochs" in override else [])
   r = er.run_main(*er.tiny_args(tmp_path / "w", "--mode=train", *extra))
