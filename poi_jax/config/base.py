@@ -152,8 +152,8 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.train.log_every = 50
   c.train.eval_every = -1  # < 0: at the end of each epoch
   c.train.save_every = 1000
-  # Steps dispatched ahead of the computation, at most (poi_jax/train/loop.py: more and a
-  # SIGTERM's checkpoint, the progress bar and the watchdog wait on steps not yet computed).
+  # Training steps dispatched ahead of the computation, at most: with more, a SIGTERM's
+  # checkpoint waits for them and the progress bar counts them undone (poi_jax/train/loop.py).
   c.train.steps_in_flight = 2
   c.train.keep_checkpoints = 2
   c.train.best_metric = ""  # empty: the task's default (f1 / accuracy)
