@@ -176,7 +176,7 @@ def main(argv):
     config_checks.check_config(config)
     config_checks.check_workdir(workdir)
     # Before the backend starts: the compilation cache, CPU memory reuse, CPU XLA flags.
-    runtime.configure(config.get("runtime"), training=mode in ("train", "train_and_eval"))
+    runtime.configure(config.get("runtime"), training=mode in loop.TRAINING_MODES)
     if _BEAM.value and mode != "prepare":
       raise ValueError(f"--beam_pipeline_options is for --mode=prepare (got --mode={mode}): "
                        f"prepare the shards with Beam first, then run --mode={mode}")

@@ -46,9 +46,9 @@ from poi_jax.model_files import checkpoint as ckpt_lib
 from poi_jax.train import eval_stream
 from poi_jax.train import evaluate as eval_lib
 from poi_jax.train import placement
-from poi_jax.train.run import MODES, Run, record_kernels, setup_run
+from poi_jax.train.run import MODES, TRAINING_MODES, Run, record_kernels, setup_run
 
-__all__ = ["MODES", "Preempted", "train_and_evaluate"]
+__all__ = ["MODES", "TRAINING_MODES", "Preempted", "train_and_evaluate"]
 
 
 # The most training steps dispatched and not yet computed (``train.steps_in_flight``'s default).

@@ -30,6 +30,7 @@ from poi_jax.train import step as step_lib
 from poi_jax.train.metrics import MetricWriter
 
 MODES = ("train", "eval", "train_and_eval", "predict")
+TRAINING_MODES = ("train", "train_and_eval")  # the modes that run the training loop
 
 
 @dataclasses.dataclass
@@ -82,7 +83,7 @@ def record_kernels(run: Run) -> None:
   training run's ``environment.json`` (process 0; rewritten atomically only when they changed).
   ``model.attention=auto`` chooses by timing on each machine, and the kernels draw other
   attention-dropout bits, so which one ran belongs with the run's numbers."""
-  if not run.is_chief or run.mode not in ("train", "train_and_eval"):
+  if not run.is_chief or run.mode not in TRAINING_MODES:
     return
   path = os.path.join(run.workdir, "environment.json")
   with open(path) as f:
@@ -199,7 +200,7 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
     output_dir = output_dir_override or default_output_dir(config, workdir, mode, checkpointer)
   if jax.process_index() == 0:
     env = environment.describe()
-    if mode in ("train", "train_and_eval"):  # the run is accepted: record its config (eval and
+    if mode in TRAINING_MODES:  # the run is accepted: record its config (eval and
       # predict write theirs with their results, in their own directory)
       write_json_atomic(os.path.join(workdir, "config.json"), config_dict(config),
                         sort_keys=True)
@@ -211,7 +212,7 @@ def setup_run(config, workdir: str, mode: str, output_dir_override: str = "") ->
 
   train = evaluation = None
   total = 1
-  if mode in ("train", "train_and_eval"):
+  if mode in TRAINING_MODES:
     prepared = splits_lib.prepare_split(task, config, "train", tokenizer)
     if prepared.num_windows == 0:
       raise ValueError(f"no training features: the {prepared.num_examples} training records of "
