@@ -10,7 +10,8 @@ Evaluation scores come from every train -> evaluation run of an arm at one rate 
 figure's settings, whichever protocol ran it: for DREAM the rates no protocol chose (`dreamlr`),
 the shared-setting cells at 5e-5 (`dream1`, `dream2`) and POI-Net at its chosen 3e-5
 (`dreambest`); for the CPU task the shared cells at 1e-4 (`squad1cpu`) and each arm at its
-choice (`squad1cpubest`).
+choice (`squad1cpubest`); for DREAM at CPU size each arm at its choice (`dreamcpubest`: one rate
+an arm, so its right panel is a mark per arm, not a curve).
 """
 from __future__ import annotations
 
@@ -58,6 +59,14 @@ FIGURES = {
         eval_title="601 questions of articles 10-12 (dots: seeds; line: mean)",
         title="SQuAD 1.1-style CPU task, all-MiniLM-L6-v2, 150 steps, batch 16, 192 tokens "
               "(2-core CPU)"),
+    "dreamcpu": Figure(
+        selection="dreamcpusel", arms={"plain encoder": ("none", "false"),
+                                       "POI-Net": ("poi", "true")},
+        evaluation=("dreamcpubest",), metric="accuracy", label="accuracy (%)",
+        held_title="selection: 10% of training dialogues held out\n(seed 0; star = the choice)",
+        eval_title="DREAM dev, each arm at its choice (dots: seeds; mark: mean)",
+        title="DREAM at CPU size, all-MiniLM-L6-v2, 2 epochs, 128 tokens, batch 16 "
+              "(2-core Intel Xeon)"),
 }
 
 
@@ -83,6 +92,7 @@ def plot(data: dict, name: str) -> pathlib.Path:
   import matplotlib
   matplotlib.use("svg")
   import matplotlib.pyplot as plt
+  import matplotlib.ticker
   plt.rcParams["svg.hashsalt"] = "poi-jax"  # the same file for the same numbers
   fig_spec = FIGURES[name]
   sel = data["selections"][fig_spec.selection]
@@ -98,11 +108,21 @@ def plot(data: dict, name: str) -> pathlib.Path:
     for lr, scores in runs.items():
       dev.plot([lr] * len(scores), scores, ".", color=c, alpha=0.6)
     means = sorted((lr, statistics.fmean(a)) for lr, a in runs.items())
-    dev.plot(*zip(*means), "-", color=c, label=f"{arm} (mean)")
+    # a line through two or more rates; one rate gets a mark (a line of one point draws nothing)
+    dev.plot(*zip(*means), "-" if len(means) > 1 else "_", color=c, markersize=16,
+             label=f"{arm} (mean)")
   held.set_title(fig_spec.held_title, fontsize=9)
   dev.set_title(fig_spec.eval_title, fontsize=9)
-  for ax in (held, dev):
+  held_rates = sorted({float(v) for arm in fig_spec.arms for v in sel["arms"][arm]["scores"]})
+  dev_rates = sorted({lr for runs in runs_by_arm.values() for lr in runs})
+  for ax, rates in ((held, held_rates), (dev, dev_rates)):
     ax.set_xscale("log")
+    # ticks at the rates run, named as the configs write them (log axes label minor ticks
+    # over less than a decade, on top of one another)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(rates, [f"{r:.0e}".replace("e-0", "e-") for r in rates])  # 5e-5, 1e-4
+    ax.tick_params(axis="x", labelsize=7)  # 8e-5 and 1e-4 sit close on a log axis
+    ax.margins(x=0.15)
     ax.set_xlabel("learning rate")
     ax.set_ylabel(fig_spec.label)
     ax.grid(alpha=0.3)

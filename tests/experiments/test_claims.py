@@ -123,6 +123,15 @@ def test_the_learning_rate_curve_reads_every_dev_run():
   assert {arm: {lr: len(a) for lr, a in r.items()} for arm, r in runs.items()} == {
       "plain encoder": {1e-4: 5, 2e-4: 5}, "co-attention, no POS": {1e-4: 5},
       "POI-Net": {1e-4: 5, 2e-4: 5}}
+  # DREAM at CPU size: each arm at its choice, every seed merged so far (they merge as they end)
+  data = json.loads((ROOT / "docs" / "claims.json").read_text())
+  runs = plot_lr.dev_scores(data, "dreamcpu")
+  cells = data["measurements"]["dreamcpubest"]["cells"]
+  merged = {("POI-Net" if "head-poi" in c else "plain encoder"): len(rec["seeds"])
+            for c, rec in cells.items()}
+  assert {arm: {lr: len(a) for lr, a in r.items()} for arm, r in runs.items()} == {
+      "plain encoder": {1e-4: merged["plain encoder"]}, "POI-Net": {5e-5: merged["POI-Net"]}}
+  assert merged["plain encoder"] == 5 and merged["POI-Net"] >= 2
 
 
 def _selection(enc: dict, poi: dict, choice: dict) -> dict:
