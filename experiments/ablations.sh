@@ -12,15 +12,18 @@
 # directories; 5 seeds in 9 minutes of an H200), dreamsel (the DREAM claim's learning-rate
 # selection, "each arm at its best": the plain encoder and POI-Net at each rate of LRS, default
 # 1e-5 2e-5 3e-5 5e-5, trained on 90% of the training dialogues and scored on the other 10%,
-# SEEDS default 1; ARMS=3 adds DUMA; declared 2026-11-26 before any of its runs), dreambest
-# (the evaluation stage after dreamsel: each arm at its chosen rate, ENC_LR for the plain encoder,
-# POI_LR for POI-Net, either left unset to skip that arm, train -> dev, SEEDS default 5),
+# SEEDS default 1; ARMS=3 adds DUMA, ARMS=duma runs DUMA alone; declared 2026-11-26 before any
+# of its runs, DUMA's grid and rule 2026-11-29), dreambest (the evaluation stage after dreamsel:
+# each arm at its chosen rate, ENC_LR for the plain encoder, POI_LR for POI-Net, DUMA_LR for DUMA,
+# any left unset to skip that arm, train -> dev, SEEDS default 5),
 # dreamwhysel (issue 50's "why POI-Net trails": POI-Net with each diagnostic option of
 # docs/models.md through dreamsel's selection, i.e. each rate of LRS, default 2e-5 3e-5 5e-5 8e-5,
 # on the held-out split, seed 0; WHY="..." picks some of: stop add concat zeros lr10),
 # dreampaper (the DREAM claim at the paper's settings, POI-Net's Table 2: lr 1e-5, 512 tokens,
 # batch 24, 4 epochs, with all-MiniLM-L6-v2 for ALBERT; the plain encoder and POI-Net, SEEDS
-# default 3; ARM=enc or ARM=poi runs one arm, if one device call cannot hold both),
+# default 3; ARM=enc or ARM=poi runs one arm, if one device call cannot hold both), dumapaper
+# (DUMA's claim at DUMA's settings for DREAM: lr 1e-5, batch 8, 100 warm-up steps, 2 epochs,
+# 512 tokens; DUMA and the plain encoder, SEEDS default 3, ARM=enc or ARM=duma),
 # squad2 (plain encoder, POI-Net without POS,
 # POI-Net), nq (graph layers 0 vs 2), probe10 (the long-context
 # probe's QOPN, both block styles, and window cells, 10 epochs; DISTRACTORS=1|3|5). `run` writes
@@ -45,7 +48,7 @@
 # (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run 20-80 min here, by CPU).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table|keep|restore MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dumapaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -172,7 +175,12 @@ case $what in
   dreamsel)  # the selection stage of docs/ablations.md's "each arm at its best": dream's
     # settings but the rate, on a split of the training dialogues (never dev)
     local arms=("model.head=none model.pos_embedding=false" "model.head=poi model.pos_embedding=true")
-    [ "${ARMS:-2}" = 3 ] && arms+=("model.head=duma model.pos_embedding=false")
+    case ${ARMS:-2} in
+      2) ;;
+      3) arms+=("model.head=duma model.pos_embedding=false") ;;
+      duma) arms=("model.head=duma model.pos_embedding=false") ;;  # DUMA's own selection
+      *) echo "dreamsel: ARMS=2 (encoder, POI-Net), 3 (and DUMA) or duma" >&2; return 2 ;;
+    esac
     local cells=()
     for arm in "${arms[@]}"; do
       for lr in ${LRS:-1e-5 2e-5 3e-5 5e-5}; do cells+=(--cell "$arm optim.lr=$lr"); done
@@ -186,7 +194,8 @@ case $what in
     local cells=()
     [ -n "${ENC_LR:-}" ] && cells+=(--cell "model.head=none model.pos_embedding=false optim.lr=$ENC_LR")
     [ -n "${POI_LR:-}" ] && cells+=(--cell "model.head=poi model.pos_embedding=true optim.lr=$POI_LR")
-    [ ${#cells[@]} -gt 0 ] || { echo "dreambest: set ENC_LR and/or POI_LR" >&2; return 2; }
+    [ -n "${DUMA_LR:-}" ] && cells+=(--cell "model.head=duma model.pos_embedding=false optim.lr=$DUMA_LR")
+    [ ${#cells[@]} -gt 0 ] || { echo "dreambest: set ENC_LR, POI_LR and/or DUMA_LR" >&2; return 2; }
     $RUN --seeds=${SEEDS:-5} --config=configs/dream.py:minilm "${cells[@]}" \
       --parallel=${PARALLEL:-$(( ${SEEDS:-5} * ${#cells[@]} / 2 ))} --metrics=accuracy \
       --workdir=$W/dreambest -- --config.model.init_from=$MINILM \
@@ -218,6 +227,19 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=4 --config.data.max_seq_length=512 \
       --config.train.batch_size=24 --config.optim.lr=1e-5 $ONCE ;;
+  dumapaper)  # DUMA's claim at DUMA's own settings for DREAM (its section "Experimental
+    # Settings": lr 1e-5, batch 8, 100 warm-up steps, 2 epochs; 512 tokens, the DREAM config's,
+    # as the paper names no length) with all-MiniLM-L6-v2 for ALBERT: DUMA and the plain encoder,
+    # SEEDS default 3; ARM=enc or ARM=duma runs one arm (declared 2026-11-29 before any run)
+    local cells=()
+    [ "${ARM:-enc}" = duma ] || cells+=(--cell "model.head=none model.pos_embedding=false")
+    [ "${ARM:-duma}" = enc ] || cells+=(--cell "model.head=duma model.pos_embedding=false")
+    $RUN --seeds=${SEEDS:-3} --config=configs/dream.py:minilm "${cells[@]}" \
+      --parallel=${PARALLEL:-$(( ${SEEDS:-3} * ${#cells[@]} ))} --metrics=accuracy \
+      --workdir=$W/dumapaper -- --config.model.init_from=$MINILM \
+      --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
+      --config.train.max_steps=-1 --config.train.epochs=2 --config.data.max_seq_length=512 \
+      --config.train.batch_size=8 --config.optim.lr=1e-5 --config.optim.warmup_steps=100 $ONCE ;;
   dreamcpusel|dreamcpubest|dreamcpupaper)  # the DREAM claim sized for 2 CPU cores, under
     # issue 50's two protocols (declared 2026-11-27, session 51, before any of their runs; the
     # size from the pilot in docs/notebook.md): all-MiniLM-L6-v2 for ALBERT, 128 tokens for 512,
