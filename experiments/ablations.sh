@@ -45,10 +45,12 @@
 # nopos poi" (the default) picks the arms of squad1cpusel and squad1cpupaper; qopncpu's claim
 # under the same two protocols: qopncpusel, qopncpubest (QOPN_LR, WINDOW_LR) and qopncpupaper
 # (QOPN's settings), ARMS="qopn window"; a CPU-sized DREAM under both: dreamcpusel, dreamcpubest
-# (ENC_LR, POI_LR) and dreamcpupaper, ARMS="enc poi" (each run 20-80 min here, by CPU).
+# (ENC_LR, POI_LR, NOPOS_LR, POS_LR) and dreamcpupaper, ARMS="enc poi" (the default; "nopos pos"
+# for the 2 x 2 of POS and co-attention), and dreamcpuwhy (the screen of "why POI-Net trails":
+# WHY's options at POI_LR, 3 seeds) (each run 20-80 min here, by CPU).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table|keep|restore MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dumapaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dumapaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper dreamcpuwhy probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -137,6 +139,11 @@ measure_dream() {  # CELLS... into $W/$what, every run of them at once
     --config.train.batch_size=16 --config.optim.lr=5e-5 $ONCE
 }
 
+# Issue 50's diagnostics for "why POI-Net trails" (docs/models.md), by their WHY= names.
+declare -A WHY_OPTION=([stop]="model.coattention.score_gradient=stop"
+  [add]="model.coattention.output=add" [concat]="model.coattention.output=concat"
+  [zeros]="model.coattention.pos_init=zeros" [lr10]="optim.new_params_lr_scale=10")
+
 measure() {
 case $what in
   qopn)  # tests/slow/test_qopn_vs_sliding_window.py: lr 1e-4, 10 epochs, 256-token windows
@@ -203,13 +210,10 @@ case $what in
       --config.train.max_steps=-1 --config.train.epochs=3 --config.data.max_seq_length=256 \
       --config.train.batch_size=16 $ONCE ;;
   dreamwhysel)  # dreamsel's selection for POI-Net with each diagnostic option (docs/models.md)
-    declare -A option=([stop]="model.coattention.score_gradient=stop"
-      [add]="model.coattention.output=add" [concat]="model.coattention.output=concat"
-      [zeros]="model.coattention.pos_init=zeros" [lr10]="optim.new_params_lr_scale=10")
     local cells=()
     for why in ${WHY:-stop add concat zeros lr10}; do
       for lr in ${LRS:-2e-5 3e-5 5e-5 8e-5}; do
-        cells+=(--cell "model.head=poi model.pos_embedding=true ${option[$why]} optim.lr=$lr")
+        cells+=(--cell "model.head=poi model.pos_embedding=true ${WHY_OPTION[$why]} optim.lr=$lr")
       done
     done
     $RUN --seeds=${SEEDS:-1} --config=configs/dream.py:minilm "${cells[@]}" --holdout=0.1 \
@@ -240,24 +244,35 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=2 --config.data.max_seq_length=512 \
       --config.train.batch_size=8 --config.optim.lr=1e-5 --config.optim.warmup_steps=100 $ONCE ;;
-  dreamcpusel|dreamcpubest|dreamcpupaper)  # the DREAM claim sized for 2 CPU cores, under
-    # issue 50's two protocols (declared 2026-11-27, session 51, before any of their runs; the
-    # size from the pilot in docs/notebook.md): all-MiniLM-L6-v2 for ALBERT, 128 tokens for 512,
-    # the plain encoder and POI-Net (ARMS="enc poi", the default), one run at a time. sel, the
-    # selection stage: each arm at each rate of LRS (default 2e-5 5e-5 1e-4), batch 16, 2 epochs,
-    # trained on 90% of the training dialogues and scored on the other 10% (--holdout=0.1, as
-    # dreamsel; dev never read), SEEDS default 1; best, the evaluation stage: each arm at its
-    # choice (ENC_LR, POI_LR; an unset one skipped), all training dialogues -> dev, SEEDS default
-    # 5; paper, POI-Net's Table 2 for DREAM (lr 1e-5, batch 24, 4 epochs) for both arms, SEEDS
-    # default 3
+  dreamcpusel|dreamcpubest|dreamcpupaper|dreamcpuwhy)  # the DREAM claim sized for 2 CPU cores,
+    # under issue 50's two protocols (declared 2026-11-27, session 51, before any of their runs;
+    # the size from the pilot in docs/notebook.md): all-MiniLM-L6-v2 for ALBERT, 128 tokens for
+    # 512, the plain encoder and POI-Net (ARMS="enc poi", the default), one run at a time. sel,
+    # the selection stage: each arm at each rate of LRS (default 2e-5 5e-5 1e-4), batch 16, 2
+    # epochs, trained on 90% of the training dialogues and scored on the other 10%
+    # (--holdout=0.1, as dreamsel; dev never read), SEEDS default 1; best, the evaluation stage:
+    # each arm at its choice (ENC_LR, POI_LR, NOPOS_LR, POS_LR; an unset one skipped), all
+    # training dialogues -> dev, SEEDS default 5; paper, POI-Net's Table 2 for DREAM (lr 1e-5,
+    # batch 24, 4 epochs), SEEDS default 3. The 2 x 2 of POS and co-attention (issue 50's item 4,
+    # declared 2026-11-29, session 64, before any of their runs): ARMS="nopos pos" for the
+    # co-attention without POS and the encoder with POS alone, through the same three stages.
+    # why, the screen of item 4's diagnostics (the same declaration): POI-Net with each option of
+    # WHY (default stop add concat zeros lr10) at POI-Net's chosen rate (POI_LR, default 5e-5),
+    # best's settings, SEEDS default 3, each paired with POI-Net's own seeds in dreamcpubest
     local seeds=${SEEDS:-5} cells=() holdout=()
     declare -A arm_of=([enc]="model.head=none model.pos_embedding=false"
-                       [poi]="model.head=poi model.pos_embedding=true")
-    declare -A lr_of=([enc]="${ENC_LR:-}" [poi]="${POI_LR:-}")
+                       [poi]="model.head=poi model.pos_embedding=true"
+                       [nopos]="model.head=poi model.pos_embedding=false"
+                       [pos]="model.head=none model.pos_embedding=true")
+    declare -A lr_of=([enc]="${ENC_LR:-}" [poi]="${POI_LR:-}" [nopos]="${NOPOS_LR:-}"
+                      [pos]="${POS_LR:-}")
     # (no optim.lr among the common flags for sel and best: ablation.py passes them after the
     # cells' own, so a rate there would override every cell's)
     local common="--config.train.max_steps=-1 --config.train.epochs=2 --config.train.batch_size=16"
-    for a in ${ARMS:-enc poi}; do
+    local arms=${ARMS:-enc poi}
+    [ $what = dreamcpubest ] && arms=${ARMS:-enc poi nopos pos}  # (the unset rates skip)
+    for a in $arms; do
+      [ -n "${arm_of[$a]:-}" ] || { echo "$what: no arm '$a' (ARMS: enc poi nopos pos)" >&2; return 2; }
       case $what in
         dreamcpusel)
           for lr in ${LRS:-2e-5 5e-5 1e-4}; do cells+=(--cell "${arm_of[$a]} optim.lr=$lr"); done ;;
@@ -270,8 +285,13 @@ case $what in
       dreamcpupaper) seeds=${SEEDS:-3}
         common="--config.train.max_steps=-1 --config.train.epochs=4 --config.train.batch_size=24
           --config.optim.lr=1e-5" ;;
+      dreamcpuwhy) seeds=${SEEDS:-3} cells=()
+        for why in ${WHY:-stop add concat zeros lr10}; do
+          [ -n "${WHY_OPTION[$why]:-}" ] || { echo "$what: no option '$why'" >&2; return 2; }
+          cells+=(--cell "${arm_of[poi]} ${WHY_OPTION[$why]} optim.lr=${POI_LR:-5e-5}")
+        done ;;
     esac
-    [ ${#cells[@]} -gt 0 ] || { echo "dreamcpubest: set ENC_LR and/or POI_LR" >&2; return 2; }
+    [ ${#cells[@]} -gt 0 ] || { echo "dreamcpubest: set ENC_LR, POI_LR, NOPOS_LR and/or POS_LR" >&2; return 2; }
     local dream; dream=$(cd "$SHARED/dream" && pwd)
     $RUN --seeds=$seeds --config=configs/dream.py:minilm "${cells[@]}" "${holdout[@]}" \
       --parallel=1 --metrics=accuracy --workdir=$W/$what -- $common \
