@@ -37,7 +37,8 @@ learning rate, warm-up, epochs and batch for that data set, with what the machin
 down, stated in the row), or *each arm at its best* (a ``selection``). A claim measured under
 several protocols has a row for each; the verdict cell names the protocol.
 
-Statistics (``table``): per cell mean ± sample standard deviation over its seeds; per claim the
+Statistics (``table``): per cell mean ± sample standard deviation over its seeds, then every
+seed's score in seed order; per claim the
 paired difference (component minus ablation) over the seeds both cells ran (cells of one
 measurement share seeds: same data order and initialisation of what they share), with a 95%
 interval from the t distribution with n - 1 degrees of freedom (a paired t over seeds: the saved
@@ -235,13 +236,27 @@ def _scores(data: dict, measurement: str, cell: str, metric: str) -> dict:
   return {s: v[metric] for s, v in seeds.items() if v.get(metric) is not None}
 
 
-def _mean_std(values) -> str:
-  values = list(values)
-  if not values:
+def _seed_list(seeds) -> str:
+  """Seed numbers as a reader scans them: ``0-4`` for a run of them, ``0, 2, 5`` otherwise."""
+  seeds = sorted(int(s) for s in seeds)
+  if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+    return f"{seeds[0]}-{seeds[-1]}"
+  return ", ".join(map(str, seeds))
+
+
+def _mean_std(scores: dict) -> str:
+  """``{seed: score}`` -> ``mean ± std (n=N; seeds 0-2: a, b, c)``: every seed's score in seed
+  order, so that a reader can pair them with the other arm's by eye."""
+  if not scores:
     return "not measured"
+  seeds = sorted(scores, key=int)
+  values = [scores[s] for s in seeds]
+  each = (f"seed{'s' if len(seeds) > 1 else ''} {_seed_list(seeds)}: "
+          + ", ".join(f"{v:.2f}" for v in values))
   if len(values) == 1:  # no spread to state yet
-    return f"{values[0]:.2f} (n=1)"
-  return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n={len(values)})"
+    return f"{values[0]:.2f} (n=1; {each})"
+  return (f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} "
+          f"(n={len(values)}; {each})")
 
 
 def table(data: dict) -> str:
@@ -283,8 +298,8 @@ def table(data: dict) -> str:
       said += (f"; {c['component_label']} vs guessing ({c['chance']:.1f}): {against} (n={gn}), "
                f"{above}")
     lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | {protocol} | "
-                 f"{c['component_label']}: {_mean_std(comp.values())} | "
-                 f"{c['ablation_label']}: {_mean_std(abl.values())} | {interval} | "
+                 f"{c['component_label']}: {_mean_std(comp)} | "
+                 f"{c['ablation_label']}: {_mean_std(abl)} | {interval} | "
                  f"{said} | `{m['command']}`, {m['device']}, {m['date']} |")
   return "\n".join(lines)
 

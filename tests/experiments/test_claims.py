@@ -54,6 +54,9 @@ def test_a_claim_with_chance_says_both_verdicts():
   assert ("| not shown: above the window, not above guessing; QOPN vs guessing (25.0): +0.00 ["
           in row)
   assert "(n=3), not above guessing |" in row
+  # Every seed's score stands in its cell, in seed order, beside the mean.
+  assert "| QOPN: 25.00 ± 1.00 (n=3; seeds 0-2: 24.00, 25.00, 26.00) |" in row
+  assert "| window: 9.83 ± 0.76 (n=3; seeds 0-2: 10.00, 10.50, 9.00) |" in row
   # Above guessing too: the paper's claim holds on the probe.
   data["measurements"]["m"]["cells"]["a"]["seeds"] = {"0": {"f1": 40.0}, "1": {"f1": 42.0},
                                                       "2": {"f1": 41.0}}
@@ -240,3 +243,12 @@ def test_a_run_without_the_flag_ran_at_its_config_files_value():
   assert float(claims.ran_at(data, "m", "c", "optim.lr")) == 1e-4
   data["measurements"]["m"]["settings"]["extra"].append("--config.optim.lr=2e-4")
   assert claims.ran_at(data, "m", "c", "optim.lr") == "2e-4"
+
+
+def test_a_cells_seeds_are_listed_in_number_order_and_a_gap_is_spelt_out():
+  assert claims._mean_std({"10": 3.0, "2": 1.0, "9": 2.0}) == (
+      "2.00 ± 1.00 (n=3; seeds 2, 9, 10: 1.00, 2.00, 3.00)")
+  assert claims._mean_std({"1": 5.0, "0": 4.0, "2": 6.0, "3": 7.0}) == (
+      "5.50 ± 1.29 (n=4; seeds 0-3: 4.00, 5.00, 6.00, 7.00)")
+  assert claims._mean_std({"4": 45.0}) == "45.00 (n=1; seed 4: 45.00)"
+  assert claims._mean_std({}) == "not measured"
