@@ -47,10 +47,12 @@
 # (QOPN's settings), ARMS="qopn window"; a CPU-sized DREAM under both: dreamcpusel, dreamcpubest
 # (ENC_LR, POI_LR, NOPOS_LR, POS_LR) and dreamcpupaper, ARMS="enc poi" (the default; "nopos pos"
 # for the 2 x 2 of POS and co-attention), and dreamcpuwhy (the screen of "why POI-Net trails":
-# WHY's options at POI_LR, 3 seeds) (each run 20-80 min here, by CPU).
+# WHY's options at POI_LR, 3 seeds); DUMA's claim at this size: ARMS=duma in dreamcpusel,
+# DUMA_LR in dreamcpubest, and dumacpupaper (DUMA's settings, ARMS="enc duma") (each run 20-80
+# min here, by CPU).
 set -euo pipefail
 cmd=${1:?usage: bash experiments/ablations.sh carry|run|table|keep|restore MEASUREMENT}
-what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dumapaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper dreamcpuwhy probe probe10}
+what=${2:?measurement: qopn dream dream1 dream2 dreamsel dreambest dreampaper dumapaper dreamwhysel squad2 nq squad1cpu squad1cpusel squad1cpubest squad1cpupaper qopncpu qopncpusel qopncpubest qopncpupaper dreamcpusel dreamcpubest dreamcpupaper dreamcpuwhy dumacpupaper probe probe10}
 SHARED=${SHARED:-../shared/data}
 W=workdir-ablations
 MINILM=${MINILM:-/tmp/minilm}
@@ -244,7 +246,7 @@ case $what in
       --config.data.train_file=$DATA/dream/train.json --config.data.eval_file=$DATA/dream/dev.json \
       --config.train.max_steps=-1 --config.train.epochs=2 --config.data.max_seq_length=512 \
       --config.train.batch_size=8 --config.optim.lr=1e-5 --config.optim.warmup_steps=100 $ONCE ;;
-  dreamcpusel|dreamcpubest|dreamcpupaper|dreamcpuwhy)  # the DREAM claim sized for 2 CPU cores,
+  dreamcpusel|dreamcpubest|dreamcpupaper|dreamcpuwhy|dumacpupaper)  # DREAM sized for 2 CPU cores,
     # under issue 50's two protocols (declared 2026-11-27, session 51, before any of their runs;
     # the size from the pilot in docs/notebook.md): all-MiniLM-L6-v2 for ALBERT, 128 tokens for
     # 512, the plain encoder and POI-Net (ARMS="enc poi", the default), one run at a time. sel,
@@ -258,26 +260,32 @@ case $what in
     # co-attention without POS and the encoder with POS alone, through the same three stages.
     # why, the screen of item 4's diagnostics (the same declaration): POI-Net with each option of
     # WHY (default stop add concat zeros lr10) at POI-Net's chosen rate (POI_LR, default 5e-5),
-    # best's settings, SEEDS default 3, each paired with POI-Net's own seeds in dreamcpubest
+    # best's settings, SEEDS default 3, each paired with POI-Net's own seeds in dreamcpubest.
+    # DUMA's claim at this size (declared 2026-11-29, session 64, before any of its runs): the
+    # arm duma through sel (ARMS=duma) and best (DUMA_LR), and dumacpupaper, DUMA's own settings
+    # for DREAM (lr 1e-5, batch 8, 100 warm-up steps, 2 epochs) for DUMA and the plain encoder
+    # (ARMS default "enc duma"), SEEDS default 3
     local seeds=${SEEDS:-5} cells=() holdout=()
     declare -A arm_of=([enc]="model.head=none model.pos_embedding=false"
                        [poi]="model.head=poi model.pos_embedding=true"
                        [nopos]="model.head=poi model.pos_embedding=false"
-                       [pos]="model.head=none model.pos_embedding=true")
+                       [pos]="model.head=none model.pos_embedding=true"
+                       [duma]="model.head=duma model.pos_embedding=false")
     declare -A lr_of=([enc]="${ENC_LR:-}" [poi]="${POI_LR:-}" [nopos]="${NOPOS_LR:-}"
-                      [pos]="${POS_LR:-}")
+                      [pos]="${POS_LR:-}" [duma]="${DUMA_LR:-}")
     # (no optim.lr among the common flags for sel and best: ablation.py passes them after the
     # cells' own, so a rate there would override every cell's)
     local common="--config.train.max_steps=-1 --config.train.epochs=2 --config.train.batch_size=16"
     local arms=${ARMS:-enc poi}
-    [ $what = dreamcpubest ] && arms=${ARMS:-enc poi nopos pos}  # (the unset rates skip)
+    [ $what = dreamcpubest ] && arms=${ARMS:-enc poi nopos pos duma}  # (the unset rates skip)
+    [ $what = dumacpupaper ] && arms=${ARMS:-enc duma}
     for a in $arms; do
-      [ -n "${arm_of[$a]:-}" ] || { echo "$what: no arm '$a' (ARMS: enc poi nopos pos)" >&2; return 2; }
+      [ -n "${arm_of[$a]:-}" ] || { echo "$what: no arm '$a' (ARMS: enc poi nopos pos duma)" >&2; return 2; }
       case $what in
         dreamcpusel)
           for lr in ${LRS:-2e-5 5e-5 1e-4}; do cells+=(--cell "${arm_of[$a]} optim.lr=$lr"); done ;;
         dreamcpubest) [ -z "${lr_of[$a]}" ] || cells+=(--cell "${arm_of[$a]} optim.lr=${lr_of[$a]}") ;;
-        dreamcpupaper) cells+=(--cell "${arm_of[$a]}") ;;
+        dreamcpupaper|dumacpupaper) cells+=(--cell "${arm_of[$a]}") ;;
       esac
     done
     case $what in
@@ -285,13 +293,16 @@ case $what in
       dreamcpupaper) seeds=${SEEDS:-3}
         common="--config.train.max_steps=-1 --config.train.epochs=4 --config.train.batch_size=24
           --config.optim.lr=1e-5" ;;
+      dumacpupaper) seeds=${SEEDS:-3}
+        common="--config.train.max_steps=-1 --config.train.epochs=2 --config.train.batch_size=8
+          --config.optim.lr=1e-5 --config.optim.warmup_steps=100" ;;
       dreamcpuwhy) seeds=${SEEDS:-3} cells=()
         for why in ${WHY:-stop add concat zeros lr10}; do
           [ -n "${WHY_OPTION[$why]:-}" ] || { echo "$what: no option '$why'" >&2; return 2; }
           cells+=(--cell "${arm_of[poi]} ${WHY_OPTION[$why]} optim.lr=${POI_LR:-5e-5}")
         done ;;
     esac
-    [ ${#cells[@]} -gt 0 ] || { echo "dreamcpubest: set ENC_LR, POI_LR, NOPOS_LR and/or POS_LR" >&2; return 2; }
+    [ ${#cells[@]} -gt 0 ] || { echo "dreamcpubest: set ENC_LR, POI_LR, NOPOS_LR, POS_LR and/or DUMA_LR" >&2; return 2; }
     local dream; dream=$(cd "$SHARED/dream" && pwd)
     $RUN --seeds=$seeds --config=configs/dream.py:minilm "${cells[@]}" "${holdout[@]}" \
       --parallel=1 --metrics=accuracy --workdir=$W/$what -- $common \
