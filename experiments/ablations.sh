@@ -63,6 +63,12 @@ ONCE="--config.train.eval_every=100000 --config.train.save_every=100000 --config
 # that a run killed with its session resumes from it on the same command instead of from step 0
 # (a saved and resumed run equals the uninterrupted one: tests/faults/test_chaos.py).
 RESUMABLE="--config.train.save_every=100"
+# The CPU measurements' memory setting: glibc's defaults (system), as every CPU run before
+# 2026-11-29 had; the paper-settings runs declared to start after that (dreamcpupaper,
+# dumacpupaper, qopncpupaper) run with the default, auto (freed memory kept in training: the DREAM
+# step 1.16-1.24x faster, docs/notebook.md's session 64), from a worktree of a commit that has it.
+# It changes how memory is handed out, not what is computed.
+CPU_MALLOC="--config.runtime.cpu_malloc=system"
 RUN="python3 experiments/ablation.py --seeds=${SEEDS:-3}"
 # SEED_VALUES=3,4: only those seeds (over SEEDS), e.g. to add seeds to a measurement run before
 [ -n "${SEED_VALUES:-}" ] && RUN="$RUN --seed_values=$SEED_VALUES"
@@ -265,7 +271,7 @@ case $what in
     # arm duma through sel (ARMS=duma) and best (DUMA_LR), and dumacpupaper, DUMA's own settings
     # for DREAM (lr 1e-5, batch 8, 100 warm-up steps, 2 epochs) for DUMA and the plain encoder
     # (ARMS default "enc duma"), SEEDS default 3
-    local seeds=${SEEDS:-5} cells=() holdout=()
+    local seeds=${SEEDS:-5} cells=() holdout=() malloc=$CPU_MALLOC
     declare -A arm_of=([enc]="model.head=none model.pos_embedding=false"
                        [poi]="model.head=poi model.pos_embedding=true"
                        [nopos]="model.head=poi model.pos_embedding=false"
@@ -290,10 +296,10 @@ case $what in
     done
     case $what in
       dreamcpusel) seeds=${SEEDS:-1} holdout=(--holdout=0.1) ;;
-      dreamcpupaper) seeds=${SEEDS:-3}
+      dreamcpupaper) seeds=${SEEDS:-3} malloc=
         common="--config.train.max_steps=-1 --config.train.epochs=4 --config.train.batch_size=24
           --config.optim.lr=1e-5" ;;
-      dumacpupaper) seeds=${SEEDS:-3}
+      dumacpupaper) seeds=${SEEDS:-3} malloc=
         common="--config.train.max_steps=-1 --config.train.epochs=2 --config.train.batch_size=8
           --config.optim.lr=1e-5 --config.optim.warmup_steps=100" ;;
       dreamcpuwhy) seeds=${SEEDS:-3} cells=()
@@ -306,7 +312,7 @@ case $what in
     local dream; dream=$(cd "$SHARED/dream" && pwd)
     $RUN --seeds=$seeds --config=configs/dream.py:minilm "${cells[@]}" "${holdout[@]}" \
       --parallel=1 --metrics=accuracy --workdir=$W/$what -- $common \
-      --config.data.max_seq_length=128 $ONCE $RESUMABLE --config.runtime.cpu_malloc=system \
+      --config.data.max_seq_length=128 $ONCE $RESUMABLE $malloc \
       --config.data.train_file=$dream/train.json --config.data.eval_file=$dream/dev.json ;;
   squad2)  # tests/slow/test_real_results.py: articles 0-8 -> 9-11, 384/128/64, 10 epochs
     $RUN --config=configs/squad2.py:minilm --cell "model.head=none model.pos_embedding=false" \
@@ -393,7 +399,7 @@ case $what in
     # 6 epochs, batch 32, the same for every variant) for both arms, with what the CPU forces
     # kept from qopncpu (all-MiniLM-L6-v2 for RoBERTa-large, 128 tokens for 512, the 2-paragraph
     # articles of 7 training articles; SEEDS default 3)
-    local seeds=${SEEDS:-3} P=$DATA/qopncpu
+    local seeds=${SEEDS:-3} P=$DATA/qopncpu malloc=$CPU_MALLOC
     declare -A config_of=([qopn]=configs/newsqa.py:minilm [window]=configs/squad1.py:minilm)
     declare -A cell_of=([qopn]="model.qopn.block_style=paper_residual"
                         [window]="model.head=none model.pos_embedding=false")
@@ -406,7 +412,7 @@ case $what in
     case $what in
       qopncpusel) P=$DATA/qopncpusel seeds=${SEEDS:-1} ;;
       qopncpubest) seeds=${SEEDS:-5} ;;
-      qopncpupaper)
+      qopncpupaper) malloc=
         extra="--config.train.max_steps=-1 --config.train.epochs=6 --config.optim.lr=3e-5
           --config.optim.warmup_ratio=0.1 --config.optim.weight_decay=0.0"
         own_of[window]="--config.data.doc_stride=64" ;;
@@ -431,7 +437,7 @@ case $what in
       $RUN --seeds=$seeds --config=${config_of[$a]} "${cells[@]}" --parallel=1 \
         --metrics=exact_match,f1 --workdir=$W/$what-$a -- $extra \
         --config.data.max_seq_length=128 --config.data.max_query_length=24 $ONCE \
-        --config.runtime.cpu_malloc=system ${own_of[$a]} "${batch[@]}" \
+        $malloc ${own_of[$a]} "${batch[@]}" \
         --config.data.train_file=$P/${data_of[$a]}-train.json \
         --config.data.eval_file=$P/${data_of[$a]}-dev.json || rc=$?  # the other arm still runs
       ran=1
