@@ -8,6 +8,9 @@ r"""The papers' claims as paired comparisons, with their per-seed scores kept in
       --split=... --split_short=... --setting=... --declared=... --command=... --date=...
                                                             # a held-out sweep's selection record
   python experiments/claims.py selection --name=dreamsel    # a selection's record, for the same
+  python experiments/claims.py followup --ablation=DIR/ablation.json --metric=accuracy \
+      --arms='{"duma": "model.head=duma model.pos_embedding=false"}' --within=2 \
+      --extend='{"1e-4": "2e-4", "2e-5": "1e-5"}'       # the runs a sweep's follow-ups still owe
 
 ``merge`` takes the device and the software versions from what the runs recorded (each run's
 ``environment.json``, carried into ``ablation.json``); ``--device`` and ``--software`` give them
@@ -126,6 +129,32 @@ def choose(selection: dict) -> dict[str, str]:
   return out
 
 
+def followup(scores: dict[str, dict[str, float]], *, within: float,
+             extend: dict[str, str]) -> dict | None:
+  """The next runs a selection's declared follow-ups owe one arm, or None when it owes none.
+
+  ``scores``: the arm's held-out score per value and seed (``{"1e-4": {"0": 46.1}, ...}``, as a
+  selection record keeps them). The follow-ups, applied in this order so that each is decided
+  on the scores the earlier ones left:
+
+  1. *The grid is extended past an edge the arm chose*: ``extend`` maps a value to the one run
+     next to it when the rule chooses it (``{"1e-4": "2e-4", "2e-5": "1e-5"}``), at the seeds
+     the choice ran; once only (the added value's own neighbour is not in ``extend``).
+  2. *A close call is measured again*: when the best two values' mean scores are within
+     ``within`` points and only one seed ran, the next seed at every value.
+
+  Returns ``{"values": [...], "seeds": [...]}``. Only held-out scores are read, as `choose`."""
+  choice = choose({"arms": {"arm": {"scores": scores}}})["arm"]
+  seeds = sorted({int(s) for v in scores.values() for s in v})
+  added = extend.get(choice)
+  if added is not None and not scores.get(added):
+    return {"values": [added], "seeds": sorted(int(s) for s in scores[choice])}
+  means = sorted((statistics.fmean(v.values()) for v in scores.values() if v), reverse=True)
+  if len(means) > 1 and means[0] - means[1] <= within and len(seeds) == 1:
+    return {"values": sorted(scores, key=float), "seeds": [seeds[0] + 1]}
+  return None
+
+
 def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
   """The value of config ``key`` the runs of ``cell`` used: experiments/ablation.py passes the
   cell's overrides, then the measurement's extra flags, so the last assignment wins; with no
@@ -188,6 +217,11 @@ def check_selection(data: dict, claim: dict) -> None:
   if chosen != sel["choice"]:
     raise ValueError(f"{claim['id']}: selection {claim['selection']!r} records {sel['choice']}, "
                      f"its rule gives {chosen}")
+  for label, rec in sel["arms"].items():  # a choice counts once its declared follow-ups ran
+    owed = followup(rec["scores"], **sel["followups"]) if "followups" in sel else None
+    if owed is not None:
+      raise ValueError(f"{claim['id']}: selection {claim['selection']!r} still owes {label} the "
+                       f"runs {owed} (its declared follow-ups)")
   for label, cell, measurement in (
       (claim["component_label"], claim["component"], claim["measurement"]),
       (claim["ablation_label"], claim["ablation"],
@@ -327,7 +361,7 @@ def selection_table(data: dict, name: str) -> str:
 
 def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("action", choices=["merge", "select", "table", "selection"])
+  p.add_argument("action", choices=["merge", "select", "table", "selection", "followup"])
   p.add_argument("--name", help="selection: its name in claims.json, e.g. dreamsel")
   p.add_argument("--claims", default=str(CLAIMS))
   p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
@@ -342,6 +376,12 @@ def main(argv: list[str]) -> int:
   p.add_argument("--metric", help="select: the held-out metric the rule reads, e.g. f1")
   p.add_argument("--arms", help="select: JSON {label: the cell's other overrides}, e.g. "
                  '\'{"POI-Net": "model.head=poi model.pos_embedding=true"}\'')
+  p.add_argument("--within", type=float, help="followup, select: the points within which the "
+                 "best two values' means run the next seed (a declared follow-up)")
+  p.add_argument("--extend", help='followup, select: JSON {chosen value: the value it adds}, e.g. '
+                 '\'{"1e-4": "2e-4", "2e-5": "1e-5"}\'')
+  p.add_argument("--choices", action="store_true", help="followup: print each arm's choice "
+                 "(ARM=value) instead of what it owes")
   for field, what in (("split", "the held-out split, in a sentence"),
                       ("split_short", "the split in a few words, for the claims table"),
                       ("setting", "everything but the swept key"),
@@ -356,6 +396,8 @@ def main(argv: list[str]) -> int:
   if args.action == "selection":
     print(selection_table(data, args.name))
     return 0
+  if args.action == "followup":
+    return _print_followups(p, args, data)
   needs = (("name", "ablation", "metric", "arms", "split", "split_short", "setting", "declared",
             "command", "date") if args.action == "select"
            else ("measurement", "ablation", "command", "date"))
@@ -376,6 +418,8 @@ def main(argv: list[str]) -> int:
     meta = {k: getattr(args, k) for k in ("split", "split_short", "setting", "declared",
                                           "command", "date", "device", "software")}
     meta["source"] = f"the runs' {pathlib.Path(args.ablation).name}"
+    if args.within is not None and args.extend:  # the declared follow-ups, checked by `table`
+      meta["followups"] = {"within": args.within, "extend": json.loads(args.extend)}
     _write_atomic(path, select(data, args.name, ablation, key=args.key,
                                arms=arms, metric=args.metric, meta=meta))
     print(f"{path}: selection {args.name} chooses {data['selections'][args.name]['choice']}")
@@ -385,6 +429,50 @@ def main(argv: list[str]) -> int:
   print(f"{path}: {args.measurement} now holds "
         f"{sum(len(c['seeds']) for c in data['measurements'][args.measurement]['cells'].values())}"
         f" runs")
+  return 0
+
+
+def _print_followups(p: argparse.ArgumentParser, args: argparse.Namespace, data: dict) -> int:
+  """``followup``: per arm of ``--arms`` (its keys: ablations.sh's arm names), the runs its
+  selection's declared follow-ups still owe, as the environment of the ablations.sh call that
+  runs them (``ARMS=duma<TAB>LRS=2e-4<TAB>SEEDS=1``), one line per arm that owes any; nothing
+  when none does. ``--choices``: each arm's choice instead (``duma=5e-5``), refused while runs
+  are owed. ``--within`` and ``--extend`` default to those the selection ``--name`` declared."""
+  declared = data.get("selections", {}).get(args.name, {}).get("followups", {})
+  if args.within is None and args.extend is None and declared:  # the selection's own rule
+    args.within, args.extend = declared["within"], json.dumps(declared["extend"])
+  missing = [k for k in ("ablation", "metric", "arms", "within", "extend")
+             if getattr(args, k) is None]
+  if missing:
+    p.error("followup needs " + ", ".join(f"--{k}" for k in missing) + " (or --name of a "
+            "selection that declares them)")
+  arms, extend = json.loads(args.arms), json.loads(args.extend)
+  ablation = json.loads(pathlib.Path(args.ablation).read_text())
+  swept = f"--config.{args.key}="
+  asked = {frozenset(f"--config.{kv}" for kv in spec.split()) for spec in arms.values()}
+  ran = {"cells": [r for r in ablation["cells"]  # the asked arms' cells (a sweep holds others)
+                   if frozenset(o for o in r["overrides"] if not o.startswith(swept)) in asked]}
+  sel = select({}, "followup", ran, key=args.key, arms=arms, metric=args.metric,
+               meta={})["selections"]["followup"]
+  owed = {}
+  for arm in arms:
+    scores = sel["arms"][arm]["scores"]
+    if not scores:
+      p.error(f"{args.ablation}: arm {arm} has no finished run")
+    owed[arm] = followup(scores, within=args.within, extend=extend)
+  if args.choices:
+    if any(owed.values()):
+      p.error(f"follow-ups still owed: {owed}")
+    for arm in arms:
+      print(f"{arm}={sel['choice'][arm]}")
+    return 0
+  for arm, runs in owed.items():
+    if runs is not None:
+      seeds = runs["seeds"]
+      env = [f"ARMS={arm}", f"LRS={' '.join(runs['values'])}", f"SEEDS={max(seeds) + 1}"]
+      if seeds != list(range(max(seeds) + 1)):
+        env.append("SEED_VALUES=" + ",".join(map(str, seeds)))
+      print("\t".join(env))
   return 0
 
 

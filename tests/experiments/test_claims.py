@@ -113,6 +113,9 @@ def test_the_committed_claims_name_cells_that_were_run():
   for name in data.get("selections", {}):
     assert claims.selection_table(data, name) in page, name
   assert all(c["protocol"] in claims.PROTOCOLS for c in data["claims"])
+  # the CPU selections' follow-ups were declared before their runs; `table` checked none is owed
+  assert {n for n, s in data["selections"].items() if "followups" in s} == {
+      "squad1cpusel", "qopncpusel", "dreamcpusel"}
 
 
 def test_the_learning_rate_curve_reads_every_dev_run():
@@ -185,6 +188,12 @@ def test_a_best_row_shows_its_choice_and_refuses_runs_at_another_rate():
     claims.table(_best_claim_data(poi_lr="1e-5"))
   with pytest.raises(ValueError, match="its rule gives"):
     claims.table(_best_claim_data(recorded="1e-5"))  # a record that is not the rule's choice
+  # declared follow-ups not yet run: the encoder chose 5e-5, the grid's declared upper edge
+  data["selections"]["sel"]["followups"] = {"within": 0.5, "extend": {"5e-5": "1e-4"}}
+  with pytest.raises(ValueError, match=r"still owes plain encoder the runs \{'values': \['1e-4'\]"):
+    claims.table(data)
+  data["selections"]["sel"]["arms"]["plain encoder"]["scores"]["1e-4"] = {"0": 40.0}
+  assert "| opposite |" in claims.table(data).splitlines()[-1]
 
 
 def _sweep(runs):
@@ -232,6 +241,57 @@ def test_select_files_every_run_under_its_arm_and_value_and_chooses_by_the_rule(
   with pytest.raises(ValueError, match="matches no arm"):
     claims.select(data, "sel", _sweep([("poi", "false", "5e-5", 0, 1.0)]), key="optim.lr",
                   arms=ARMS, metric="f1", meta=META)
+
+
+DREAM_EXTEND = {"1e-4": "2e-4", "2e-5": "1e-5"}  # dreamcpusel's declared edges
+
+
+def test_the_follow_ups_extend_a_chosen_edge_once_then_rerun_a_close_call():
+  # dreamcpusel's encoder, seed 0 (the committed record): 1e-4 chosen, so 2e-4 is owed at seed 0;
+  # with 2e-4 run (34.45) nothing more: the best two (46.05, 42.69) are 3.36 apart
+  enc = {"2e-5": {"0": 39.83}, "5e-5": {"0": 42.69}, "1e-4": {"0": 46.05}}
+  assert claims.followup(enc, within=2, extend=DREAM_EXTEND) == {"values": ["2e-4"], "seeds": [0]}
+  enc["2e-4"] = {"0": 34.45}
+  assert claims.followup(enc, within=2, extend=DREAM_EXTEND) is None
+  # an inner choice 2.0 points ahead: seed 1 at every value, in number order
+  close = {"2e-5": {"0": 41.0}, "5e-5": {"0": 45.0}, "1e-4": {"0": 43.0}}
+  assert claims.followup(close, within=2, extend=DREAM_EXTEND) == {
+      "values": ["2e-5", "5e-5", "1e-4"], "seeds": [1]}
+  assert claims.followup(close, within=1.9, extend=DREAM_EXTEND) is None
+  for v, score in (("2e-5", 40.0), ("5e-5", 44.0), ("1e-4", 44.5)):
+    close[v]["1"] = score  # seed 1 ran: never a third seed, however close
+  assert claims.followup(close, within=2, extend=DREAM_EXTEND) is None
+  # the low edge chosen after a close call: 1e-5 at both seeds the choice ran
+  low = {"2e-5": {"0": 45.0, "1": 44.0}, "5e-5": {"0": 44.0, "1": 44.5}}
+  assert claims.followup(low, within=2, extend=DREAM_EXTEND) == {"values": ["1e-5"],
+                                                                 "seeds": [0, 1]}
+
+
+def test_the_followup_command_prints_what_each_arm_owes_then_its_choice(tmp_path, capsys):
+  sweep = _sweep([("none", "false", "2e-5", 0, 39.8), ("none", "false", "5e-5", 0, 42.7),
+                  ("none", "false", "1e-4", 0, 46.1), ("poi", "true", "2e-5", 0, 41.0),
+                  ("poi", "true", "5e-5", 0, 45.2), ("poi", "true", "1e-4", 0, 43.3),
+                  ("duma", "false", "5e-5", 0, 50.0)])  # another arm's cells: not read
+  path = tmp_path / "ablation.json"
+  path.write_text(json.dumps(sweep))
+  argv = ["followup", f"--ablation={path}", "--metric=f1", "--within=2",
+          f"--extend={json.dumps(DREAM_EXTEND)}",
+          '--arms={"enc": "model.head=none model.pos_embedding=false", '
+          '"poi": "model.head=poi model.pos_embedding=true"}']
+  assert claims.main(argv) == 0
+  assert capsys.readouterr().out.splitlines() == ["ARMS=enc\tLRS=2e-4\tSEEDS=1",
+                                                  "ARMS=poi\tLRS=2e-5 5e-5 1e-4\tSEEDS=2\t"
+                                                  "SEED_VALUES=1"]
+  with pytest.raises(SystemExit):  # no choice while runs are owed
+    claims.main([*argv, "--choices"])
+  sweep = _sweep([*((h, p, lr, s, 30.0) for h, p in (("none", "false"), ("poi", "true"))
+                    for lr, s in (("3e-5", 0), ("5e-5", 0), ("5e-5", 1), ("3e-5", 1)))])
+  sweep["cells"][1]["seeds"][1]["f1"] = 33.0  # the encoder at 5e-5, seed 1; POI-Net ties: 3e-5
+  path.write_text(json.dumps(sweep))
+  capsys.readouterr()
+  assert claims.main(argv) == 0 and capsys.readouterr().out == ""
+  assert claims.main([*argv, "--choices"]) == 0
+  assert capsys.readouterr().out.splitlines() == ["enc=5e-5", "poi=3e-5"]
 
 
 def test_a_run_without_the_flag_ran_at_its_config_files_value():
