@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 50's CPU claims still to run, in the order declared in docs/notebook.md (session 64), from
+# the worktrees of the commits they were declared to run from. Safe to start again at any time (a
+# new session, a new machine): every finished run is kept in experiments/records/ and skipped,
+# and a run cut off resumes from its checkpoint on the same machine.
+#
+#   nohup bash experiments/claims_queue.sh > ../claims_queue.log 2>&1 &   # from the main checkout
+#   DRY=1 bash experiments/claims_queue.sh       # print the calls, run nothing
+#
+# `old`: the code every dreamcpu* run so far used (a9443d4) with the script that declared the
+# new arms (694fff9), for what pairs with dreamcpubest's runs (cpu_malloc=system, as they ran);
+# `new`: ebc1c2c's own script, for the paper-settings measurements (none had run when it made
+# the faster memory setting theirs). A selection runs through its declared follow-ups
+# (`claims.py followup`), then its arm's dreamcpubest at the choice; the paper-settings
+# measurements run seed by seed (both arms of a seed before the next: a paired seed every two
+# runs). Each stage still has to be merged into docs/claims.json by hand (`claims.py select`,
+# `merge`) and committed, with experiments/records/, before the session ends.
+set -u
+if [ -z "${CLAIMS_QUEUE_COPY:-}" ]; then  # bash reads a script as it runs: run a copy, so that
+  copy=$(mktemp /tmp/claims_queue.XXXXXX.sh)  # a checkout or an edit cannot reach this run
+  cp "$0" "$copy"
+  CLAIMS_QUEUE_COPY=1 MAIN=$(cd "$(dirname "$0")/.." && pwd) exec bash "$copy" "$@"
+fi
+trap 'rm -f "$0"' EXIT  # the copy
+MAIN=${MAIN:?}
+PARENT=$(dirname "$MAIN")
+export NLTK_DATA=${NLTK_DATA:-$PARENT/shared/data/nltk_data} RECORDS=$MAIN/experiments/records
+CLAIMS=$MAIN/experiments/claims.py
+declare -A TREE=([old]=$PARENT/claims-wt [script]=$PARENT/declared-wt [new]=$PARENT/paper-wt)
+declare -A COMMIT=([old]=a9443d4 [script]=694fff9 [new]=ebc1c2c)
+declare -A SPEC=([duma]="model.head=duma model.pos_embedding=false"
+                 [nopos]="model.head=poi model.pos_embedding=false"
+                 [pos]="model.head=none model.pos_embedding=true")
+S=${TREE[script]}/experiments/ablations.sh
+
+stamp() { date -u +%FT%TZ; }
+run() {  # run old|new MEASUREMENT ENV...: one ablations.sh call, niced, from its worktree
+  local how=$1 what=$2; shift 2
+  echo "== $how $what $* $(stamp)"
+  [ -n "${DRY:-}" ] && return 0
+  local script=$S; [ "$how" = new ] && script=experiments/ablations.sh
+  (cd "${TREE[$how]}" && env "$@" nice -n 19 bash "$script" run "$what"); local rc=$?
+  echo "== rc=$rc $(stamp)"; return $rc
+}
+by_seed() {  # by_seed old|new MEASUREMENT N ENV...: seeds 0..N-1, each seed's cells in turn
+  local how=$1 what=$2 n=$3 s; shift 3
+  for ((s = 0; s < n; s++)); do run "$how" "$what" "$@" SEEDS=$((s + 1)) SEED_VALUES=$s; done
+}
+owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still owe ARM
+  local arm=$1; shift
+  (cd "${TREE[old]}" && ARMS=$arm LRS="1e-5 2e-5 5e-5 1e-4 2e-4" SEEDS=2 \
+     bash "$S" table dreamcpusel > /dev/null 2>&1  # gathers every finished run of the arm
+   python3 "$CLAIMS" followup --name=dreamcpusel --metric=accuracy \
+     --ablation=workdir-ablations/dreamcpusel/ablation.json --arms="{\"$arm\": \"${SPEC[$arm]}\"}" "$@")
+}
+select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-ups, then best
+  local arm=$1 var=$2 next choice
+  run old dreamcpusel ARMS="$arm" || return 1
+  if [ -n "${DRY:-}" ]; then
+    echo "== (follow-ups of $arm by claims.py followup)"; run old dreamcpubest "$var=<choice>"; return
+  fi
+  for _ in 1 2 3 4; do  # each follow-up once at most (claims.py followup): 2 calls suffice
+    IFS=$'\t' read -r -a next < <(owed "$arm")
+    [ ${#next[@]} -gt 0 ] || break
+    run old dreamcpusel "${next[@]}" || return 1
+  done
+  choice=$(owed "$arm" --choices) || return 1
+  echo "== $arm chooses ${choice#*=} $(stamp)"
+  run old dreamcpubest "$var=${choice#*=}"
+}
+
+for how in old script new; do  # the worktrees, made again on a new machine
+  [ -d "${TREE[$how]}" ] || [ -n "${DRY:-}" ] \
+    || git -C "$MAIN" worktree add --detach "${TREE[$how]}" "${COMMIT[$how]}" || exit 1
+done
+by_seed new dreamcpupaper 3 ARMS="enc poi"
+select_then_best duma DUMA_LR
+by_seed new dumacpupaper 3
+run new qopncpupaper
+run old dreamcpuwhy WHY="stop add concat zeros lr10" POI_LR=5e-5
+select_then_best nopos NOPOS_LR
+select_then_best pos POS_LR
+by_seed new dreamcpupaper 3 ARMS="nopos pos"
+echo "== queue done $(stamp)"

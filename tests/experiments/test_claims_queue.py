@@ -1,0 +1,31 @@
+"""experiments/claims_queue.sh runs issue 50's remaining CPU claims in the declared order.
+
+The order was declared before any of the runs (docs/notebook.md, session 64): the proof's rows
+first (POI-Net at the paper's settings, DUMA under both protocols, QOPN at its settings), then
+item 4's screen and the 2 x 2. ``DRY=1`` prints the calls without running or making anything."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="claims_queue.sh needs bash")
+def test_the_queue_runs_the_declared_order_each_selection_into_its_best_stage():
+  out = subprocess.run(["bash", "experiments/claims_queue.sh"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, DRY="1"))
+  assert out.returncode == 0, out.stderr
+  calls = [" ".join(line.split()[1:-1]) for line in out.stdout.splitlines()
+           if line.startswith("== ") and line.split()[1] in ("old", "new")]
+  paper = lambda what, arms="": [  # noqa: E731  seed by seed: both arms of a seed in turn
+      f"new {what} {arms}SEEDS={s + 1} SEED_VALUES={s}" for s in range(3)]
+  selection = lambda arm, var: [f"old dreamcpusel ARMS={arm}",  # noqa: E731
+                                f"old dreamcpubest {var}=<choice>"]
+  assert calls == [*paper("dreamcpupaper", "ARMS=enc poi "), *selection("duma", "DUMA_LR"),
+                   *paper("dumacpupaper"), "new qopncpupaper",
+                   "old dreamcpuwhy WHY=stop add concat zeros lr10 POI_LR=5e-5",
+                   *selection("nopos", "NOPOS_LR"), *selection("pos", "POS_LR"),
+                   *paper("dreamcpupaper", "ARMS=nopos pos ")]
