@@ -170,6 +170,7 @@ def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
   return str(ablation.config_value(str(ROOT / m["settings"]["config"]), [], key))
 
 
+PROVENANCE = ("declared", "command", "device", "software", "date", "source")
 RULE = ("per arm, the value with the highest mean held-out {metric} over the selection seeds; a "
         "tie goes to the smaller value")
 
@@ -180,13 +181,20 @@ def select(data: dict, name: str, ablation: dict, *, key: str, arms: dict[str, s
   run's ``metric`` filed under its arm (``arms``: label -> the cell's overrides other than
   ``key``, as ``"model.head=poi model.pos_embedding=true"``) and its value of ``key``, and each
   arm's choice by the rule (`choose`). A selection already there gains the new values and seeds
-  (a grid extended, a second seed), never under another key, metric or split."""
+  (a grid extended, a second seed), never under another key, metric or split. An arm added to it
+  later (declared and run after the others) keeps its own `PROVENANCE` (``meta``'s declaration,
+  command, device, software, date) on the arm, and so does every later call for it; the
+  selection's own stays that of its first arms."""
   wanted = {label: frozenset(f"--config.{kv}" for kv in spec.split())
             for label, spec in arms.items()}
   sel = data.setdefault("selections", {}).get(name)
+  own = set()  # the arms whose provenance is their own, not the selection's
   if sel is None:
     sel = {"key": key, "metric": metric, "rule": RULE.format(metric=metric),
            "arms": {label: {"cell": spec, "scores": {}} for label, spec in arms.items()}}
+  else:
+    own = {label for label in arms
+           if label not in sel["arms"] or "provenance" in sel["arms"][label]}
   for field, value in (("key", key), ("metric", metric), ("split", meta.get("split"))):
     if sel.get(field, value) != value:
       raise ValueError(f"selection {name!r} was made with {field} {sel[field]!r}, not {value!r}: "
@@ -201,7 +209,11 @@ def select(data: dict, name: str, ablation: dict, *, key: str, arms: dict[str, s
     scores = sel["arms"].setdefault(label, {"cell": arms[label], "scores": {}})["scores"]
     for run in row["seeds"]:  # finished runs only
       scores.setdefault(values[-1], {})[str(run["seed"])] = run[metric]
-  sel.update(meta)
+  for label in own:
+    sel["arms"][label].setdefault("provenance", {}).update(
+        {k: v for k, v in meta.items() if k in PROVENANCE})
+  shared = any(label not in own for label in arms)
+  sel.update({k: v for k, v in meta.items() if shared or k not in PROVENANCE})
   sel["seeds"] = sorted({int(s) for a in sel["arms"].values() for v in a["scores"].values()
                          for s in v})
   sel["choice"] = choose(sel)
@@ -356,6 +368,11 @@ def selection_table(data: dict, name: str) -> str:
             f"{', '.join(map(str, sel['seeds']))}. Rule: {sel['rule']}. Declared: {sel['declared']}. "
             f"Run: `{sel['command']}`, {sel['device']}, {sel['software']}, {sel['date']} "
             f"({sel['source']})."]
+  for arm, rec in sel["arms"].items():  # an arm added later: its own declaration and runs
+    if "provenance" in rec:
+      p = {**{k: sel.get(k) for k in PROVENANCE}, **rec["provenance"]}
+      lines.append(f"{arm}, added later: declared {p['declared']}. Run: `{p['command']}`, "
+                   f"{p['device']}, {p['software']}, {p['date']} ({p['source']}).")
   return "\n".join(lines)
 
 

@@ -243,6 +243,28 @@ def test_select_files_every_run_under_its_arm_and_value_and_chooses_by_the_rule(
                   arms=ARMS, metric="f1", meta=META)
 
 
+def test_an_arm_added_later_keeps_its_own_declaration_and_runs():
+  data = {"claims": [], "measurements": {}}
+  claims.select(data, "sel", _sweep([("none", "false", "5e-5", 0, 20.0),
+                                     ("none", "false", "1e-4", 0, 25.0)]),
+                key="optim.lr", arms={"plain encoder": ARMS["plain encoder"]}, metric="f1",
+                meta=META)
+  later = dict(META, declared="declared later", command="ARMS=poi ...", device="another CPU",
+               date="y")
+  for runs in ([("poi", "true", "5e-5", 0, 30.0)], [("poi", "true", "1e-4", 0, 31.0)]):
+    claims.select(data, "sel", _sweep(runs), key="optim.lr", arms={"POI-Net": ARMS["POI-Net"]},
+                  metric="f1", meta=later)  # its run, then its follow-up: both its own
+  sel = data["selections"]["sel"]
+  assert (sel["declared"], sel["command"], sel["device"]) == ("d", "c", "d")  # the first arm's
+  assert sel["arms"]["POI-Net"]["provenance"]["declared"] == "declared later"
+  assert "provenance" not in sel["arms"]["plain encoder"]
+  assert sel["choice"] == {"plain encoder": "1e-4", "POI-Net": "1e-4"}
+  record = claims.selection_table(data, "sel").splitlines()
+  assert record[-1] == ("POI-Net, added later: declared declared later. Run: `ARMS=poi ...`, "
+                        "another CPU, s, y (y).")
+  assert "Declared: d. Run: `c`, d, s, x (y)." in record[-2]
+
+
 DREAM_EXTEND = {"1e-4": "2e-4", "2e-5": "1e-5"}  # dreamcpusel's declared edges
 
 
