@@ -25,7 +25,7 @@ import statistics
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +61,22 @@ FIGURES = {
               "(2-core CPU)"),
     "dreamcpu": Figure(
         selection="dreamcpusel", arms={"plain encoder": ("none", "false"),
-                                       "POI-Net": ("poi", "true")},
+                                       "POI-Net": ("poi", "true"),
+                                       # declared later (session 64): drawn once selected
+                                       "DUMA": ("duma", "false"),
+                                       "co-attention, no POS": ("poi", "false"),
+                                       "POS, no co-attention": ("none", "true")},
         evaluation=("dreamcpubest",), metric="accuracy", label="accuracy (%)",
         held_title="selection: 10% of training dialogues held out\n(seed 0; star = the choice)",
         eval_title="DREAM dev, each arm at its choice (dots: seeds; mark: mean)",
         title="DREAM at CPU size, all-MiniLM-L6-v2, 2 epochs, 128 tokens, batch 16 "
-              "(2-core Intel Xeon)"),
+              "(2-core CPU)"),
 }
 
 
 def dev_scores(data: dict, figure: str = "dream") -> dict[str, dict[float, list[float]]]:
-  """arm -> rate -> the evaluation score of every seed run at it (the figure's settings)."""
+  """arm -> rate -> the evaluation score of every seed run at it (the figure's settings); an
+  arm with no run yet is left out."""
   sys.path.insert(0, str(ROOT / "experiments"))
   import claims
   fig = FIGURES[figure]
@@ -85,7 +90,7 @@ def dev_scores(data: dict, figure: str = "dream") -> dict[str, dict[float, list[
             in flags):
           lr = float(claims.ran_at(data, name, cell, "optim.lr"))
           out[arm][lr] += [s[fig.metric] for s in rec["seeds"].values()]
-  return out
+  return {arm: runs for arm, runs in out.items() if runs}
 
 
 def plot(data: dict, name: str) -> pathlib.Path:
@@ -99,12 +104,14 @@ def plot(data: dict, name: str) -> pathlib.Path:
   fig, (held, dev) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=False)
   runs_by_arm = dev_scores(data, name)
   for arm, c in zip(fig_spec.arms, COLOURS):
+    if arm not in sel["arms"]:  # declared, not selected yet
+      continue
     pts = sorted((float(v), statistics.fmean(s.values())) for v, s in
                  sel["arms"][arm]["scores"].items())
     held.plot(*zip(*pts), "o-", color=c, label=arm)
     chosen = float(sel["choice"][arm])
     held.plot([chosen], [dict(pts)[chosen]], "*", color=c, markersize=14)
-    runs = runs_by_arm[arm]
+    runs = runs_by_arm.get(arm, {})
     for lr, scores in runs.items():
       dev.plot([lr] * len(scores), scores, ".", color=c, alpha=0.6)
     means = sorted((lr, statistics.fmean(a)) for lr, a in runs.items())
@@ -113,7 +120,8 @@ def plot(data: dict, name: str) -> pathlib.Path:
              label=f"{arm} (mean)")
   held.set_title(fig_spec.held_title, fontsize=9)
   dev.set_title(fig_spec.eval_title, fontsize=9)
-  held_rates = sorted({float(v) for arm in fig_spec.arms for v in sel["arms"][arm]["scores"]})
+  held_rates = sorted({float(v) for arm in fig_spec.arms for v in
+                       sel["arms"].get(arm, {}).get("scores", {})})
   dev_rates = sorted({lr for runs in runs_by_arm.values() for lr in runs})
   for ax, rates in ((held, held_rates), (dev, dev_rates)):
     ax.set_xscale("log")
