@@ -69,6 +69,10 @@ select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-
   run old dreamcpubest "$var=${choice#*=}"
 }
 
+if [ -z "${DRY:-}" ]; then  # one queue at a time: two would train the same run directories
+  exec 9> "$PARENT/claims_queue.lock"
+  flock -n 9 || { echo "claims_queue.sh: another queue holds $PARENT/claims_queue.lock" >&2; exit 1; }
+fi
 for how in old script new; do  # the worktrees, made again on a new machine
   [ -d "${TREE[$how]}" ] || [ -n "${DRY:-}" ] \
     || git -C "$MAIN" worktree add --detach "${TREE[$how]}" "${COMMIT[$how]}" || exit 1
