@@ -11,6 +11,8 @@ r"""The papers' claims as paired comparisons, with their per-seed scores kept in
   python experiments/claims.py followup --ablation=DIR/ablation.json --metric=accuracy \
       --arms='{"duma": "model.head=duma model.pos_embedding=false"}' --within=2 \
       --extend='{"1e-4": "2e-4", "2e-5": "1e-5"}'       # the runs a sweep's follow-ups still owe
+  python experiments/claims.py seeds --runs=dreamcpupaper=DIR/ablation.json
+                                                            # the seeds a measurement still owes
 
 ``merge`` takes the device and the software versions from what the runs recorded (each run's
 ``environment.json``, carried into ``ablation.json``); ``--device`` and ``--software`` give them
@@ -46,7 +48,9 @@ paired difference (component minus ablation) over the seeds both cells ran (cell
 measurement share seeds: same data order and initialisation of what they share), with a 95%
 interval from the t distribution with n - 1 degrees of freedom (a paired t over seeds: the saved
 scores are per seed, not per question). Verdict: *consistent with the paper* when the interval is
-above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0.
+above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0. Seeds: 3 a
+cell, and 5 where the interval over the first 3 holds 0 (``seeds`` prints the runs still owed,
+`seeds_owed`; experiments/claims_queue.sh runs them).
 
 A claim may also name ``chance``: the score of guessing, in the metric's units (the long-context
 probe's: a window can only guess among the distractors, 100 / (distractors + 1) exact match). Its
@@ -153,6 +157,39 @@ def followup(scores: dict[str, dict[str, float]], *, within: float,
   if len(means) > 1 and means[0] - means[1] <= within and len(seeds) == 1:
     return {"values": sorted(scores, key=float), "seeds": [seeds[0] + 1]}
   return None
+
+
+LEAST_SEEDS, MOST_SEEDS = 3, 5  # issue 50: 3 seeds a cell, 5 where the interval holds 0
+
+
+def seeds_owed(data: dict, measurements, *, least: int = LEAST_SEEDS,
+               most: int = MOST_SEEDS) -> list[tuple[int, str, str]]:
+  """The runs the seed rule still owes the claims on ``measurements``, as ``(seed, measurement,
+  cell)`` in seed order: a claim whose first ``least`` paired seeds give an interval holding 0
+  (`paired_interval`, `verdict`'s *not resolved*) is measured at ``most`` seeds, the lowest
+  numbers either cell lacks. Decided on those first seeds alone, so that the seeds added cannot
+  decide whether seeds are added (no stopping when an interval happens to clear 0); a claim with
+  fewer paired seeds than ``least`` is not judged (its measurement's own seeds come first)."""
+  owed = set()
+  for c in data["claims"]:
+    arms = ((c["measurement"], c["component"]),
+            (c.get("ablation_measurement", c["measurement"]), c["ablation"]))
+    if any(m not in measurements for m, _ in arms):
+      continue
+    comp, abl = (_scores(data, m, cell, c["metric"]) for m, cell in arms)
+    shared = sorted(set(comp) & set(abl), key=int)
+    if not least <= len(shared) < most:
+      continue
+    first = shared[:least]
+    _, lo, hi, _ = paired_interval({s: comp[s] for s in first}, {s: abl[s] for s in first})
+    if lo > 0 or hi < 0:
+      continue
+    extra = [s for s in range(most + len(shared)) if str(s) not in shared][:most - len(shared)]
+    for seed in extra:
+      for (m, cell), scores in zip(arms, (comp, abl)):
+        if str(seed) not in scores:
+          owed.add((seed, m, cell))
+  return sorted(owed)
 
 
 def ran_at(data: dict, measurement: str, cell: str, key: str) -> str | None:
@@ -378,7 +415,7 @@ def selection_table(data: dict, name: str) -> str:
 
 def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("action", choices=["merge", "select", "table", "selection", "followup"])
+  p.add_argument("action", choices=["merge", "select", "table", "selection", "followup", "seeds"])
   p.add_argument("--name", help="selection: its name in claims.json, e.g. dreamsel")
   p.add_argument("--claims", default=str(CLAIMS))
   p.add_argument("--measurement", help="merge: the experiments/ablations.sh name, e.g. squad2")
@@ -397,6 +434,9 @@ def main(argv: list[str]) -> int:
                  "best two values' means run the next seed (a declared follow-up)")
   p.add_argument("--extend", help='followup, select: JSON {chosen value: the value it adds}, e.g. '
                  '\'{"1e-4": "2e-4", "2e-5": "1e-5"}\'')
+  p.add_argument("--runs", action="append", default=[], metavar="MEASUREMENT=ABLATION_JSON",
+                 help="seeds: a measurement's finished runs (repeatable: a claim whose baseline "
+                 "is another measurement needs both)")
   p.add_argument("--choices", action="store_true", help="followup: print each arm's choice "
                  "(ARM=value) instead of what it owes")
   for field, what in (("split", "the held-out split, in a sentence"),
@@ -415,6 +455,8 @@ def main(argv: list[str]) -> int:
     return 0
   if args.action == "followup":
     return _print_followups(p, args, data)
+  if args.action == "seeds":
+    return _print_seeds_owed(p, args, data)
   needs = (("name", "ablation", "metric", "arms", "split", "split_short", "setting", "declared",
             "command", "date") if args.action == "select"
            else ("measurement", "ablation", "command", "date"))
@@ -490,6 +532,29 @@ def _print_followups(p: argparse.ArgumentParser, args: argparse.Namespace, data:
       if seeds != list(range(max(seeds) + 1)):
         env.append("SEED_VALUES=" + ",".join(map(str, seeds)))
       print("\t".join(env))
+  return 0
+
+
+def _print_seeds_owed(p: argparse.ArgumentParser, args: argparse.Namespace, data: dict) -> int:
+  """``seeds``: the runs `seeds_owed` finds for the claims on the ``--runs`` measurements (their
+  ``ablation.json``, not yet merged: the claims file is not written), one ``SEED<TAB>MEASUREMENT
+  <TAB>CELL`` line each; nothing when none is owed."""
+  if not args.runs:
+    p.error("seeds needs --runs=MEASUREMENT=ABLATION_JSON (repeatable)")
+  data = json.loads(json.dumps(data))  # merged into a copy only
+  for spec in args.runs:
+    measurement, sep, path = spec.partition("=")
+    if not sep or not measurement or not path:
+      p.error(f"--runs={spec}: give MEASUREMENT=ABLATION_JSON")
+    try:
+      ablation = json.loads(pathlib.Path(path).read_text())
+      merge(data, measurement, ablation, command="", device="", date="", software="")
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+      p.error(f"--runs={spec}: not a readable ablation.json ({e!r})")
+    except ValueError as e:
+      p.error(f"--runs={spec}: {e}")
+  for seed, measurement, cell in seeds_owed(data, {s.partition("=")[0] for s in args.runs}):
+    print(f"{seed}\t{measurement}\t{cell}")
   return 0
 
 

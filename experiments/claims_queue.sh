@@ -13,8 +13,10 @@
 # the faster memory setting theirs). A selection runs through its declared follow-ups
 # (`claims.py followup`), then its arm's dreamcpubest at the choice; the paper-settings
 # measurements run seed by seed (both arms of a seed before the next: a paired seed every two
-# runs). Each stage still has to be merged into docs/claims.json by hand (`claims.py select`,
-# `merge`) and committed, with experiments/records/, before the session ends.
+# runs), then seeds 3 and 4 of a claim whose interval over seeds 0-2 holds 0 (issue 50's rule,
+# `claims.py seeds`). ablations.sh keeps each finished run in experiments/records/ as it ends;
+# each stage still has to be merged into docs/claims.json by hand (`claims.py select`, `merge`)
+# and committed, with experiments/records/, before the session ends.
 set -u
 if [ -z "${CLAIMS_QUEUE_COPY:-}" ]; then  # bash reads a script as it runs: run a copy, so that
   copy=$(mktemp /tmp/claims_queue.XXXXXX.sh)  # a checkout or an edit cannot reach this run
@@ -28,9 +30,13 @@ export NLTK_DATA=${NLTK_DATA:-$PARENT/shared/data/nltk_data} RECORDS=$MAIN/exper
 CLAIMS=$MAIN/experiments/claims.py
 declare -A TREE=([old]=$PARENT/claims-wt [script]=$PARENT/declared-wt [new]=$PARENT/paper-wt)
 declare -A COMMIT=([old]=a9443d4 [script]=694fff9 [new]=ebc1c2c)
-declare -A SPEC=([duma]="model.head=duma model.pos_embedding=false"
+declare -A SPEC=([enc]="model.head=none model.pos_embedding=false"
+                 [poi]="model.head=poi model.pos_embedding=true"
+                 [duma]="model.head=duma model.pos_embedding=false"
                  [nopos]="model.head=poi model.pos_embedding=false"
                  [pos]="model.head=none model.pos_embedding=true")
+declare -A ARM_OF_CELL  # ablation.py's cell name (model.head-poi__model.pos_embedding-true) -> arm
+for a in "${!SPEC[@]}"; do cell=${SPEC[$a]//=/-}; ARM_OF_CELL[${cell// /__}]=$a; done
 S=${TREE[script]}/experiments/ablations.sh
 
 stamp() { date -u +%FT%TZ; }
@@ -45,6 +51,31 @@ run() {  # run old|new MEASUREMENT ENV...: one ablations.sh call, niced, from it
 by_seed() {  # by_seed old|new MEASUREMENT N ENV...: seeds 0..N-1, each seed's cells in turn
   local how=$1 what=$2 n=$3 s; shift 3
   for ((s = 0; s < n; s++)); do run "$how" "$what" "$@" SEEDS=$((s + 1)) SEED_VALUES=$s; done
+}
+more_seeds() {  # more_seeds MEASUREMENT ARMS: seeds 3-4 where a claim's interval over 0-2 holds 0
+  local what=$1 arms=$2 d out seed s m cell want
+  if [ -n "${DRY:-}" ]; then
+    echo "== (seeds 3-4 of $what where a claim's interval holds 0, by claims.py seeds)"; return 0
+  fi
+  for _ in 1 2 3; do  # one seed a call (both cells of it): 2 owed at most, then none
+    (cd "${TREE[new]}" && ARMS="$arms" SEEDS=5 bash experiments/ablations.sh table "$what" \
+       > /dev/null 2>&1)  # gathers every finished run of the measurement
+    local runs=()
+    for d in "${TREE[new]}/workdir-ablations/$what" "${TREE[new]}/workdir-ablations/$what"-*; do
+      [ -f "$d/ablation.json" ] && runs+=("--runs=${d##*/}=$d/ablation.json")
+    done
+    out=$(python3 "$CLAIMS" seeds "${runs[@]}") || return 1
+    seed= want=()
+    while IFS=$'\t' read -r s m cell; do
+      [ -n "$s" ] || continue
+      seed=${seed:-$s}
+      [ "$s" = "$seed" ] || continue
+      if [ "$m" = "$what" ]; then want+=("${ARM_OF_CELL[$cell]:?no arm for cell $cell}")
+      else want+=("${m#"$what"-}"); fi  # qopncpupaper-window: the arm is the directory's suffix
+    done <<< "$out"
+    [ -n "$seed" ] || return 0
+    run new "$what" ARMS="${want[*]}" SEEDS=$((seed + 1)) SEED_VALUES="$seed" || return 1
+  done
 }
 owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still owe ARM
   local arm=$1; shift
@@ -78,11 +109,15 @@ for how in old script new; do  # the worktrees, made again on a new machine
     || git -C "$MAIN" worktree add --detach "${TREE[$how]}" "${COMMIT[$how]}" || exit 1
 done
 by_seed new dreamcpupaper 3 ARMS="enc poi"
+more_seeds dreamcpupaper "enc poi"
 select_then_best duma DUMA_LR
 by_seed new dumacpupaper 3
-run new qopncpupaper
+more_seeds dumacpupaper "enc duma"
+by_seed new qopncpupaper 3
+more_seeds qopncpupaper "qopn window"
 run old dreamcpuwhy WHY="stop add concat zeros lr10" POI_LR=5e-5
 select_then_best nopos NOPOS_LR
 select_then_best pos POS_LR
 by_seed new dreamcpupaper 3 ARMS="nopos pos"
+more_seeds dreamcpupaper "enc poi nopos pos"
 echo "== queue done $(stamp)"

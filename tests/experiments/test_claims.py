@@ -321,6 +321,62 @@ def test_the_followup_command_prints_what_each_arm_owes_then_its_choice(tmp_path
   assert capsys.readouterr().out.splitlines() == ["enc=5e-5", "poi=3e-5"]
 
 
+def _paired(*pairs, metric="accuracy"):
+  """An ablation.json of a paired measurement: cells "a" and "b", seed i scoring pairs[i]."""
+  return {"config": "configs/dream.py:minilm", "extra": [], "cells": [
+      {"cell": cell, "overrides": [f"--config.model.head={cell}"],
+       "seeds": [{"seed": s, "step": 9, "wall_s": 1.0, metric: pair[i]}
+                 for s, pair in enumerate(pairs) if pair[i] is not None]}
+      for i, cell in enumerate("ab")]}
+
+
+SEED_RULE_CLAIM = {"id": "r", "measurement": "m", "component": "a", "ablation": "b",
+                   "metric": "accuracy"}
+
+
+def test_the_seed_rule_adds_seeds_3_and_4_only_where_the_first_three_hold_0(tmp_path, capsys):
+  owed = lambda ablation, **kw: claims.seeds_owed(  # noqa: E731
+      claims.merge({"claims": [SEED_RULE_CLAIM], "measurements": {}}, "m", ablation, command="",
+                   device="", date="", software=""), {"m"}, **kw)
+  # +1.6, +3.0, -1.0 holds 0: seeds 3 and 4 for both cells
+  straddles = _paired((40.4, 38.8), (41.0, 38.0), (39.0, 40.0))
+  assert owed(straddles) == [(3, "m", "a"), (3, "m", "b"), (4, "m", "a"), (4, "m", "b")]
+  # +1.6, +3.0, +2.0 is above 0: none; nor before 3 paired seeds (the measurement's own come first)
+  assert owed(_paired((40.4, 38.8), (41.0, 38.0), (42.0, 40.0))) == []
+  assert owed(_paired((40.4, 38.8), (41.0, 38.0), (39.0, None))) == []
+  # seed 3 ran for one cell: the rest only; once seed 3 has run for both, seed 4 is still owed
+  # (the first three seeds decide, not the fourth)
+  straddles["cells"][0]["seeds"].append({"seed": 3, "step": 9, "wall_s": 1.0, "accuracy": 50.0})
+  assert owed(straddles) == [(3, "m", "b"), (4, "m", "a"), (4, "m", "b")]
+  straddles["cells"][1]["seeds"].append({"seed": 3, "step": 9, "wall_s": 1.0, "accuracy": 40.0})
+  assert owed(straddles) == [(4, "m", "a"), (4, "m", "b")]
+  assert owed(straddles, most=4) == []
+  # the command: the runs not yet merged, one line each; claims.json is not written
+  path, abl = tmp_path / "claims.json", tmp_path / "ablation.json"
+  path.write_text(json.dumps({"claims": [SEED_RULE_CLAIM], "measurements": {}}))
+  abl.write_text(json.dumps(_paired((40.4, 38.8), (41.0, 38.0), (39.0, 40.0))))
+  before = path.read_text()
+  assert claims.main(["seeds", f"--claims={path}", f"--runs=m={abl}"]) == 0
+  assert capsys.readouterr().out.splitlines() == ["3\tm\ta", "3\tm\tb", "4\tm\ta", "4\tm\tb"]
+  assert path.read_text() == before
+  with pytest.raises(SystemExit):  # a file that is not an ablation.json, named
+    claims.main(["seeds", f"--claims={path}", f"--runs=m={tmp_path / 'missing.json'}"])
+
+
+def test_the_seed_rule_pairs_a_baseline_from_another_measurement():
+  """qopncpupaper's window runs another config: its own measurement, paired by seed number."""
+  claim = {**SEED_RULE_CLAIM, "ablation_measurement": "w"}
+  data = {"claims": [claim], "measurements": {}}
+  both = _paired((40.0, 41.0), (40.0, 38.0), (40.0, 40.5))
+  one = {**both, "cells": both["cells"][:1]}
+  claims.merge(data, "m", one, command="", device="", date="", software="")
+  assert claims.seeds_owed(data, {"m"}) == []  # the baseline's measurement not given
+  other = {**both, "config": "configs/squad1.py:minilm", "cells": both["cells"][1:]}
+  claims.merge(data, "w", other, command="", device="", date="", software="")
+  assert claims.seeds_owed(data, {"m", "w"}) == [(3, "m", "a"), (3, "w", "b"), (4, "m", "a"),
+                                                 (4, "w", "b")]
+
+
 def test_a_run_without_the_flag_ran_at_its_config_files_value():
   """The shared protocol's runs at a config's default (squad1cpu: configs/squad1.py:minilm_cpu's
   lr 1e-4) are the evaluation stage of an arm whose choice is that default."""

@@ -2,7 +2,9 @@
 
 The order was declared before any of the runs (docs/notebook.md, session 64): the proof's rows
 first (POI-Net at the paper's settings, DUMA under both protocols, QOPN at its settings), then
-item 4's screen and the 2 x 2. ``DRY=1`` prints the calls without running or making anything."""
+item 4's screen and the 2 x 2; each paper-settings measurement seed by seed, then seeds 3-4 where
+issue 50's rule owes them (`claims.py seeds`, tested in test_claims.py). ``DRY=1`` prints the
+calls without running or making anything."""
 import os
 import pathlib
 import shutil
@@ -25,7 +27,14 @@ def test_the_queue_runs_the_declared_order_each_selection_into_its_best_stage():
   selection = lambda arm, var: [f"old dreamcpusel ARMS={arm}",  # noqa: E731
                                 f"old dreamcpubest {var}=<choice>"]
   assert calls == [*paper("dreamcpupaper", "ARMS=enc poi "), *selection("duma", "DUMA_LR"),
-                   *paper("dumacpupaper"), "new qopncpupaper",
+                   *paper("dumacpupaper"), *paper("qopncpupaper"),
                    "old dreamcpuwhy WHY=stop add concat zeros lr10 POI_LR=5e-5",
                    *selection("nopos", "NOPOS_LR"), *selection("pos", "POS_LR"),
                    *paper("dreamcpupaper", "ARMS=nopos pos ")]
+  # each paper-settings measurement then adds seeds 3-4 where issue 50's rule owes them
+  lines = out.stdout.splitlines()
+  rule = [i for i, line in enumerate(lines) if line.startswith("== (seeds 3-4 of ")]
+  assert [lines[i].split()[4] for i in rule] == ["dreamcpupaper", "dumacpupaper", "qopncpupaper",
+                                                 "dreamcpupaper"]
+  assert all(lines[i - 1].split()[2] == lines[i].split()[4] and "SEED_VALUES=2" in lines[i - 1]
+             for i in rule)  # right after the measurement's seed 2
