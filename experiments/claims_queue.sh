@@ -10,7 +10,9 @@
 # `old`: the code every dreamcpu* run so far used (a9443d4) with the script that declared the
 # new arms (694fff9), for what pairs with dreamcpubest's runs (cpu_malloc=system, as they ran);
 # `new`: ebc1c2c's own script, for the paper-settings measurements (none had run when it made
-# the faster memory setting theirs). A selection runs through its declared follow-ups
+# the faster memory setting theirs); `squad`: the code squad1cpupaper's seeds 0-2 ran (3f5789e),
+# for the seeds 3-4 the rule below owes it, with 694fff9's script (the same flags, and
+# SEED_VALUES). A selection runs through its declared follow-ups
 # (`claims.py followup`), then its arm's dreamcpubest at the choice; the paper-settings
 # measurements run seed by seed (both arms of a seed before the next: a paired seed every two
 # runs), then seeds 3 and 4 of a claim whose interval over seeds 0-2 holds 0 (issue 50's rule,
@@ -28,8 +30,9 @@ MAIN=${MAIN:?}
 PARENT=$(dirname "$MAIN")
 export NLTK_DATA=${NLTK_DATA:-$PARENT/shared/data/nltk_data} RECORDS=$MAIN/experiments/records
 CLAIMS=$MAIN/experiments/claims.py
-declare -A TREE=([old]=$PARENT/claims-wt [script]=$PARENT/declared-wt [new]=$PARENT/paper-wt)
-declare -A COMMIT=([old]=a9443d4 [script]=694fff9 [new]=ebc1c2c)
+declare -A TREE=([old]=$PARENT/claims-wt [script]=$PARENT/declared-wt [new]=$PARENT/paper-wt
+                 [squad]=$PARENT/squad-wt)
+declare -A COMMIT=([old]=a9443d4 [script]=694fff9 [new]=ebc1c2c [squad]=3f5789e)
 declare -A SPEC=([enc]="model.head=none model.pos_embedding=false"
                  [poi]="model.head=poi model.pos_embedding=true"
                  [duma]="model.head=duma model.pos_embedding=false"
@@ -40,11 +43,14 @@ for a in "${!SPEC[@]}"; do cell=${SPEC[$a]//=/-}; ARM_OF_CELL[${cell// /__}]=$a;
 S=${TREE[script]}/experiments/ablations.sh
 
 stamp() { date -u +%FT%TZ; }
-run() {  # run old|new MEASUREMENT ENV...: one ablations.sh call, niced, from its worktree
+script_of() {  # the ablations.sh a worktree runs: its own at ebc1c2c, 694fff9's for the others
+  if [ "$1" = new ]; then echo experiments/ablations.sh; else echo "$S"; fi
+}
+run() {  # run old|new|squad MEASUREMENT ENV...: one ablations.sh call, niced, from its worktree
   local how=$1 what=$2; shift 2
   echo "== $how $what $* $(stamp)"
   [ -n "${DRY:-}" ] && return 0
-  local script=$S; [ "$how" = new ] && script=experiments/ablations.sh
+  local script; script=$(script_of "$how")
   (cd "${TREE[$how]}" && env "$@" nice -n 19 bash "$script" run "$what"); local rc=$?
   echo "== rc=$rc $(stamp)"; return $rc
 }
@@ -52,16 +58,16 @@ by_seed() {  # by_seed old|new MEASUREMENT N ENV...: seeds 0..N-1, each seed's c
   local how=$1 what=$2 n=$3 s; shift 3
   for ((s = 0; s < n; s++)); do run "$how" "$what" "$@" SEEDS=$((s + 1)) SEED_VALUES=$s; done
 }
-more_seeds() {  # more_seeds MEASUREMENT ARMS: seeds 3-4 where a claim's interval over 0-2 holds 0
-  local what=$1 arms=$2 d out seed s m cell want
+more_seeds() {  # more_seeds HOW MEASUREMENT ARMS: seeds 3-4 where a claim's 0-2 interval holds 0
+  local how=$1 what=$2 arms=$3 d out seed s m cell want
   if [ -n "${DRY:-}" ]; then
     echo "== (seeds 3-4 of $what where a claim's interval holds 0, by claims.py seeds)"; return 0
   fi
   for _ in 1 2 3; do  # one seed a call (both cells of it): 2 owed at most, then none
-    (cd "${TREE[new]}" && ARMS="$arms" SEEDS=5 bash experiments/ablations.sh table "$what" \
+    (cd "${TREE[$how]}" && ARMS="$arms" SEEDS=5 bash "$(script_of "$how")" table "$what" \
        > /dev/null 2>&1)  # gathers every finished run of the measurement
-    local runs=()
-    for d in "${TREE[new]}/workdir-ablations/$what" "${TREE[new]}/workdir-ablations/$what"-*; do
+    local runs=()  # (with claims.json's merged seeds: squad1cpupaper's 0-2 ran on a lost machine)
+    for d in "${TREE[$how]}/workdir-ablations/$what" "${TREE[$how]}/workdir-ablations/$what"-*; do
       [ -f "$d/ablation.json" ] && runs+=("--runs=${d##*/}=$d/ablation.json")
     done
     out=$(python3 "$CLAIMS" seeds "${runs[@]}") || return 1
@@ -74,7 +80,7 @@ more_seeds() {  # more_seeds MEASUREMENT ARMS: seeds 3-4 where a claim's interva
       else want+=("${m#"$what"-}"); fi  # qopncpupaper-window: the arm is the directory's suffix
     done <<< "$out"
     [ -n "$seed" ] || return 0
-    run new "$what" ARMS="${want[*]}" SEEDS=$((seed + 1)) SEED_VALUES="$seed" || return 1
+    run "$how" "$what" ARMS="${want[*]}" SEEDS=$((seed + 1)) SEED_VALUES="$seed" || return 1
   done
 }
 owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still owe ARM
@@ -104,20 +110,21 @@ if [ -z "${DRY:-}" ]; then  # one queue at a time: two would train the same run 
   exec 9> "$PARENT/claims_queue.lock"
   flock -n 9 || { echo "claims_queue.sh: another queue holds $PARENT/claims_queue.lock" >&2; exit 1; }
 fi
-for how in old script new; do  # the worktrees, made again on a new machine
+for how in "${!TREE[@]}"; do  # the worktrees, made again on a new machine
   [ -d "${TREE[$how]}" ] || [ -n "${DRY:-}" ] \
     || git -C "$MAIN" worktree add --detach "${TREE[$how]}" "${COMMIT[$how]}" || exit 1
 done
+more_seeds squad squad1cpupaper "enc nopos poi"  # owed since 2026-11-27 (session 66)
 by_seed new dreamcpupaper 3 ARMS="enc poi"
-more_seeds dreamcpupaper "enc poi"
+more_seeds new dreamcpupaper "enc poi"
 select_then_best duma DUMA_LR
 by_seed new dumacpupaper 3
-more_seeds dumacpupaper "enc duma"
+more_seeds new dumacpupaper "enc duma"
 by_seed new qopncpupaper 3
-more_seeds qopncpupaper "qopn window"
+more_seeds new qopncpupaper "qopn window"
 run old dreamcpuwhy WHY="stop add concat zeros lr10" POI_LR=5e-5
 select_then_best nopos NOPOS_LR
 select_then_best pos POS_LR
 by_seed new dreamcpupaper 3 ARMS="nopos pos"
-more_seeds dreamcpupaper "enc poi nopos pos"
+more_seeds new dreamcpupaper "enc poi nopos pos"
 echo "== queue done $(stamp)"
