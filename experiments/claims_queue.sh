@@ -16,8 +16,10 @@
 # (`claims.py followup`), then its arm's dreamcpubest at the choice; the paper-settings
 # measurements run seed by seed (both arms of a seed before the next: a paired seed every two
 # runs), then seeds 3 and 4 of a claim whose interval over seeds 0-2 holds 0 (issue 50's rule,
-# `claims.py seeds`). ablations.sh keeps each finished run in experiments/records/ as it ends;
-# each stage still has to be merged into docs/claims.json by hand (`claims.py select`, `merge`)
+# `claims.py seeds`). Every ablations.sh call is one run (one arm, one seed, one rate), because
+# ablations.sh keeps finished runs in experiments/records/ only when its call ends: a call of
+# several runs cut off by the end of a session lost those it had finished with the machine.
+# Each stage still has to be merged into docs/claims.json by hand (`claims.py select`, `merge`)
 # and committed, with experiments/records/, before the session ends.
 set -u
 if [ -z "${CLAIMS_QUEUE_COPY:-}" ]; then  # bash reads a script as it runs: run a copy, so that
@@ -54,9 +56,15 @@ run() {  # run old|new|squad MEASUREMENT ENV...: one ablations.sh call, niced, f
   (cd "${TREE[$how]}" && env "$@" nice -n 19 bash "$script" run "$what"); local rc=$?
   echo "== rc=$rc $(stamp)"; return $rc
 }
-by_seed() {  # by_seed old|new MEASUREMENT N ENV...: seeds 0..N-1, each seed's cells in turn
-  local how=$1 what=$2 n=$3 s; shift 3
-  for ((s = 0; s < n; s++)); do run "$how" "$what" "$@" SEEDS=$((s + 1)) SEED_VALUES=$s; done
+each_arm() {  # each_arm HOW MEASUREMENT "ARMS" SEED ENV...: one run a call, the arms in turn
+  local how=$1 what=$2 arms=$3 seed=$4 a; shift 4
+  for a in $arms; do
+    run "$how" "$what" ARMS="$a" "$@" SEEDS=$((seed + 1)) SEED_VALUES="$seed" || return 1
+  done
+}
+by_seed() {  # by_seed old|new MEASUREMENT N "ARMS": seeds 0..N-1, each seed's arms in turn
+  local how=$1 what=$2 n=$3 arms=$4 s
+  for ((s = 0; s < n; s++)); do each_arm "$how" "$what" "$arms" $s || return 1; done
 }
 more_seeds() {  # more_seeds HOW MEASUREMENT ARMS: seeds 3-4 where a claim's 0-2 interval holds 0
   local how=$1 what=$2 arms=$3 d out seed s m cell want
@@ -80,7 +88,7 @@ more_seeds() {  # more_seeds HOW MEASUREMENT ARMS: seeds 3-4 where a claim's 0-2
       else want+=("${m#"$what"-}"); fi  # qopncpupaper-window: the arm is the directory's suffix
     done <<< "$out"
     [ -n "$seed" ] || return 0
-    run "$how" "$what" ARMS="${want[*]}" SEEDS=$((seed + 1)) SEED_VALUES="$seed" || return 1
+    each_arm "$how" "$what" "${want[*]}" "$seed" || return 1
   done
 }
 owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still owe ARM
@@ -91,19 +99,40 @@ owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still o
      --ablation=workdir-ablations/dreamcpusel/ablation.json --arms="{\"$arm\": \"${SPEC[$arm]}\"}" "$@")
 }
 select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-ups, then best
-  local arm=$1 var=$2 next choice
-  run old dreamcpusel ARMS="$arm" || return 1
+  local arm=$1 var=$2 next choice lr kv s seeds
+  for lr in 2e-5 5e-5 1e-4; do run old dreamcpusel ARMS="$arm" LRS=$lr || return 1; done
   if [ -n "${DRY:-}" ]; then
-    echo "== (follow-ups of $arm by claims.py followup)"; run old dreamcpubest "$var=<choice>"; return
+    echo "== (follow-ups of $arm by claims.py followup)"
+    for s in 0 1 2 3 4; do run old dreamcpubest "$var=<choice>" SEEDS=$((s + 1)) SEED_VALUES=$s; done
+    return
   fi
   for _ in 1 2 3 4; do  # each follow-up once at most (claims.py followup): 2 calls suffice
     IFS=$'\t' read -r -a next < <(owed "$arm")
     [ ${#next[@]} -gt 0 ] || break
-    run old dreamcpusel "${next[@]}" || return 1
+    seeds=  # ARMS=duma LRS=2e-4 SEEDS=2 [SEED_VALUES=1]: one call a rate and seed
+    for kv in "${next[@]}"; do
+      case $kv in SEEDS=*) seeds=$(seq -s, 0 $((${kv#SEEDS=} - 1))) ;; esac
+    done
+    for kv in "${next[@]}"; do case $kv in SEED_VALUES=*) seeds=${kv#SEED_VALUES=} ;; esac; done
+    for lr in $(printf '%s\n' "${next[@]}" | sed -n 's/^LRS=//p'); do
+      for s in ${seeds//,/ }; do
+        run old dreamcpusel ARMS="$arm" LRS="$lr" SEEDS=$((s + 1)) SEED_VALUES=$s || return 1
+      done
+    done
   done
   choice=$(owed "$arm" --choices) || return 1
   echo "== $arm chooses ${choice#*=} $(stamp)"
-  run old dreamcpubest "$var=${choice#*=}"
+  for s in 0 1 2 3 4; do  # dreamcpubest's 5 seeds
+    run old dreamcpubest "$var=${choice#*=}" SEEDS=$((s + 1)) SEED_VALUES=$s || return 1
+  done
+}
+screen() {  # screen: dreamcpuwhy's options at POI-Net's chosen rate, seed by seed
+  local s why
+  for s in 0 1 2; do
+    for why in stop add concat zeros lr10; do
+      run old dreamcpuwhy WHY=$why POI_LR=5e-5 SEEDS=$((s + 1)) SEED_VALUES=$s || return 1
+    done
+  done
 }
 
 if [ -z "${DRY:-}" ]; then  # one queue at a time: two would train the same run directories
@@ -115,16 +144,16 @@ for how in "${!TREE[@]}"; do  # the worktrees, made again on a new machine
     || git -C "$MAIN" worktree add --detach "${TREE[$how]}" "${COMMIT[$how]}" || exit 1
 done
 more_seeds squad squad1cpupaper "enc nopos poi"  # owed since 2026-11-27 (session 66)
-by_seed new dreamcpupaper 3 ARMS="enc poi"
+by_seed new dreamcpupaper 3 "enc poi"
 more_seeds new dreamcpupaper "enc poi"
 select_then_best duma DUMA_LR
-by_seed new dumacpupaper 3
+by_seed new dumacpupaper 3 "enc duma"
 more_seeds new dumacpupaper "enc duma"
-by_seed new qopncpupaper 3
+by_seed new qopncpupaper 3 "qopn window"
 more_seeds new qopncpupaper "qopn window"
-run old dreamcpuwhy WHY="stop add concat zeros lr10" POI_LR=5e-5
+screen
 select_then_best nopos NOPOS_LR
 select_then_best pos POS_LR
-by_seed new dreamcpupaper 3 ARMS="nopos pos"
+by_seed new dreamcpupaper 3 "nopos pos"
 more_seeds new dreamcpupaper "enc poi nopos pos"
 echo "== queue done $(stamp)"

@@ -4,7 +4,8 @@ The order was declared before any of the runs (docs/notebook.md, session 64): th
 first (POI-Net at the paper's settings, DUMA under both protocols, QOPN at its settings), then
 item 4's screen and the 2 x 2; each paper-settings measurement seed by seed, then seeds 3-4 where
 issue 50's rule owes them (`claims.py seeds`, tested in test_claims.py). ``DRY=1`` prints the
-calls without running or making anything."""
+calls without running or making anything. Every call is one run (one arm, rate and seed):
+ablations.sh keeps finished runs in experiments/records/ only when its call ends."""
 import os
 import pathlib
 import shutil
@@ -22,15 +23,22 @@ def test_the_queue_runs_the_declared_order_each_selection_into_its_best_stage():
   assert out.returncode == 0, out.stderr
   calls = [" ".join(line.split()[1:-1]) for line in out.stdout.splitlines()
            if line.startswith("== ") and line.split()[1] in ("old", "new")]
-  paper = lambda what, arms="": [  # noqa: E731  seed by seed: both arms of a seed in turn
-      f"new {what} {arms}SEEDS={s + 1} SEED_VALUES={s}" for s in range(3)]
-  selection = lambda arm, var: [f"old dreamcpusel ARMS={arm}",  # noqa: E731
-                                f"old dreamcpubest {var}=<choice>"]
-  assert calls == [*paper("dreamcpupaper", "ARMS=enc poi "), *selection("duma", "DUMA_LR"),
-                   *paper("dumacpupaper"), *paper("qopncpupaper"),
-                   "old dreamcpuwhy WHY=stop add concat zeros lr10 POI_LR=5e-5",
-                   *selection("nopos", "NOPOS_LR"), *selection("pos", "POS_LR"),
-                   *paper("dreamcpupaper", "ARMS=nopos pos ")]
+  seeds = lambda s: f"SEEDS={s + 1} SEED_VALUES={s}"  # noqa: E731
+  paper = lambda what, arms: [  # noqa: E731  seed by seed: the arms of a seed in turn
+      f"new {what} ARMS={arm} {seeds(s)}" for s in range(3) for arm in arms.split()]
+  selection = lambda arm, var: [  # noqa: E731  the grid, then the choice's 5 seeds
+      *(f"old dreamcpusel ARMS={arm} LRS={lr}" for lr in ("2e-5", "5e-5", "1e-4")),
+      *(f"old dreamcpubest {var}=<choice> {seeds(s)}" for s in range(5))]
+  screen = [f"old dreamcpuwhy WHY={why} POI_LR=5e-5 {seeds(s)}"  # item 4's options, by seed
+            for s in range(3) for why in ("stop", "add", "concat", "zeros", "lr10")]
+  assert calls == [*paper("dreamcpupaper", "enc poi"), *selection("duma", "DUMA_LR"),
+                   *paper("dumacpupaper", "enc duma"), *paper("qopncpupaper", "qopn window"),
+                   *screen, *selection("nopos", "NOPOS_LR"), *selection("pos", "POS_LR"),
+                   *paper("dreamcpupaper", "nopos pos")]
+  # one run a call: ablations.sh keeps finished runs only when its call ends
+  # (a second arm, rate or option would be a word without "="; dreamcpusel's SEEDS default is 1)
+  assert all("=" in word for c in calls for word in c.split()[2:])
+  assert all("SEED_VALUES=" in c or c.startswith("old dreamcpusel ") for c in calls)
   # each paper-settings measurement then adds seeds 3-4 where issue 50's rule owes them
   lines = out.stdout.splitlines()
   rule = [i for i, line in enumerate(lines) if line.startswith("== (seeds 3-4 of ")]
