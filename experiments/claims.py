@@ -3,6 +3,7 @@ r"""The papers' claims as paired comparisons, with their per-seed scores kept in
   python experiments/claims.py merge --measurement=squad2 --ablation=DIR/ablation.json \
       --date=2026-11-25 --command="bash experiments/ablations.sh run squad2"  # a run's rows in
   python experiments/claims.py table                        # the claims table of docs/results.md
+  python experiments/claims.py table --write=docs/results.md  # it and the selections, in place
   python experiments/claims.py select --name=squad1cpusel --ablation=DIR/ablation.json \
       --metric=f1 --arms='{"POI-Net": "model.head=poi model.pos_embedding=true", ...}' \
       --split=... --split_short=... --setting=... --declared=... --command=... --date=...
@@ -66,6 +67,7 @@ import argparse
 import json
 import math
 import pathlib
+import re
 import statistics
 import sys
 
@@ -413,6 +415,38 @@ def selection_table(data: dict, name: str) -> str:
   return "\n".join(lines)
 
 
+def write_page(page: str, data: dict, *, where: str = "the page") -> str:
+  """``page`` (docs/results.md's text) with its claims table and each selection's record made
+  again from ``data``, the text around them kept. The claims table is the block that opens with
+  its header row; a selection's record, the table and the paragraph after the line that names
+  its command (``claims.py selection --name=NAME`):``), each ending at a blank line. A block the
+  page lacks is a ValueError naming it (``where``: the file, for the message)."""
+  def replace(text: str, start: int, end: int, new: str) -> str:
+    return text[:start] + new + text[end:]
+
+  def block_end(text: str, start: int, paragraphs: int) -> int:
+    end = start
+    for _ in range(paragraphs):  # each paragraph ends at a blank line (or the end of the page)
+      end = text.find("\n\n", end + 1)
+      end = len(text) if end < 0 else end
+    return end
+
+  header = table(data).split("\n", 1)[0]
+  start = page.find(header)
+  if start < 0:
+    raise ValueError(f"{where}: no claims table (a line opening {header[:40]!r}...)")
+  page = replace(page, start, block_end(page, start, 1), table(data))
+  for name in data.get("selections", {}):
+    found = re.search(rf"claims\.py selection\s+--name={re.escape(name)}`\):\n\n", page)
+    if not found:
+      raise ValueError(f"{where}: no record of selection {name} (a line naming "
+                       f"`python experiments/claims.py selection --name={name}`: then a blank "
+                       "line)")
+    start = found.end()
+    page = replace(page, start, block_end(page, start, 2), selection_table(data, name))
+  return page
+
+
 def main(argv: list[str]) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("action", choices=["merge", "select", "table", "selection", "followup", "seeds"])
@@ -426,6 +460,8 @@ def main(argv: list[str]) -> int:
   p.add_argument("--date", help="merge: YYYY-MM-DD")
   p.add_argument("--software", help="merge: e.g. 'jax 0.11.2, flax 0.12.10' (default: what the "
                  "runs recorded)")
+  p.add_argument("--write", metavar="PAGE", help="table: make the claims table and every "
+                 "selection's record in PAGE (docs/results.md) again, in place")
   p.add_argument("--key", default="optim.lr", help="select: the config key the grid swept")
   p.add_argument("--metric", help="select: the held-out metric the rule reads, e.g. f1")
   p.add_argument("--arms", help="select: JSON {label: the cell's other overrides}, e.g. "
@@ -448,7 +484,20 @@ def main(argv: list[str]) -> int:
   path = pathlib.Path(args.claims)
   data = _load(path)
   if args.action == "table":
-    print(table(data))
+    if not args.write:
+      print(table(data))
+      return 0
+    page = pathlib.Path(args.write)
+    try:
+      text = write_page(page.read_text(), data, where=str(page))
+    except (OSError, ValueError) as e:
+      p.error(str(e))
+    if text != page.read_text():
+      tmp = page.with_name(f".{page.name}.tmp")
+      tmp.write_text(text)
+      tmp.replace(page)  # whole: a reader never sees half a page
+    print(f"{page}: the claims table and {len(data.get('selections', {}))} selection records "
+          "made from " + str(path))
     return 0
   if args.action == "selection":
     print(selection_table(data, args.name))

@@ -111,8 +111,8 @@ def test_the_committed_claims_name_cells_that_were_run():
         assert f'"model.head={head} model.pos_embedding={pos}"' in declared, (c["id"], cell)
       elif m is not None:  # a measured claim: both cells there, each seed with its metric
         assert all(c["metric"] in s for s in m["cells"][cell]["seeds"].values())
-  # The results page shows the table this file gives (regenerate:
-  # python experiments/claims.py table), and each selection's record (claims.py selection).
+  # The results page shows the table this file gives and each selection's record (make both
+  # again: python experiments/claims.py table --write=docs/results.md).
   page = (ROOT / "docs" / "results.md").read_text()
   assert claims.table(data) in page
   for name in data.get("selections", {}):
@@ -122,6 +122,30 @@ def test_the_committed_claims_name_cells_that_were_run():
   assert {n for n, s in data["selections"].items() if "followups" in s} == {
       "squad1cpusel", "qopncpusel", "dreamcpusel"}
 
+
+
+def test_table_write_makes_the_pages_tables_again_and_keeps_its_text(tmp_path, capsys):
+  # a stale claims table and stale selection records (a score changed in each, a row dropped
+  # from one) come back as claims.json gives them, the prose around them untouched
+  data = json.loads((ROOT / "docs" / "claims.json").read_text())
+  fresh = (ROOT / "docs" / "results.md").read_text()
+  assert claims.write_page(fresh, data) == fresh
+  stale = fresh.replace(claims.table(data), claims.table(data).replace("| POI-Net: ", "| POI: ", 1))
+  for name in data["selections"]:
+    rec = claims.selection_table(data, name)
+    lines = rec.split("\n")
+    stale = stale.replace(rec, "\n".join([*lines[:2], *lines[3:]]).replace("Split:", "Held:", 1))
+  assert stale != fresh
+  page = tmp_path / "results.md"
+  page.write_text(stale)
+  assert claims.main(["table", f"--write={page}"]) == 0
+  assert page.read_text() == fresh
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+  # a page without a selection's record names the page and the selection
+  page.write_text(fresh.replace("selection --name=dreamcpusel`):", "selection`):"))
+  with pytest.raises(SystemExit):
+    claims.main(["table", f"--write={page}"])
+  assert f"{page}: no record of selection dreamcpusel" in capsys.readouterr().err
 
 def test_the_learning_rate_curve_reads_every_dev_run():
   from experiments import plot_lr
