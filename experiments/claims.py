@@ -421,9 +421,6 @@ def write_page(page: str, data: dict, *, where: str = "the page") -> str:
   its header row; a selection's record, the table and the paragraph after the line that names
   its command (``claims.py selection --name=NAME`):``), each ending at a blank line. A block the
   page lacks is a ValueError naming it (``where``: the file, for the message)."""
-  def replace(text: str, start: int, end: int, new: str) -> str:
-    return text[:start] + new + text[end:]
-
   def block_end(text: str, start: int, paragraphs: int) -> int:
     end = start
     for _ in range(paragraphs):  # each paragraph ends at a blank line (or the end of the page)
@@ -435,7 +432,7 @@ def write_page(page: str, data: dict, *, where: str = "the page") -> str:
   start = page.find(header)
   if start < 0:
     raise ValueError(f"{where}: no claims table (a line opening {header[:40]!r}...)")
-  page = replace(page, start, block_end(page, start, 1), table(data))
+  page = page[:start] + table(data) + page[block_end(page, start, 1):]
   for name in data.get("selections", {}):
     found = re.search(rf"claims\.py selection\s+--name={re.escape(name)}`\):\n\n", page)
     if not found:
@@ -443,7 +440,7 @@ def write_page(page: str, data: dict, *, where: str = "the page") -> str:
                        f"`python experiments/claims.py selection --name={name}`: then a blank "
                        "line)")
     start = found.end()
-    page = replace(page, start, block_end(page, start, 2), selection_table(data, name))
+    page = page[:start] + selection_table(data, name) + page[block_end(page, start, 2):]
   return page
 
 
@@ -489,10 +486,11 @@ def main(argv: list[str]) -> int:
       return 0
     page = pathlib.Path(args.write)
     try:
-      text = write_page(page.read_text(), data, where=str(page))
+      old = page.read_text()
+      text = write_page(old, data, where=str(page))
     except (OSError, ValueError) as e:
       p.error(str(e))
-    if text != page.read_text():
+    if text != old:
       tmp = page.with_name(f".{page.name}.tmp")
       tmp.write_text(text)
       tmp.replace(page)  # whole: a reader never sees half a page

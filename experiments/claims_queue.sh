@@ -100,7 +100,9 @@ owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still o
 }
 select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-ups, then best
   local arm=$1 var=$2 next choice lr kv s seeds
-  for lr in 2e-5 5e-5 1e-4; do run old dreamcpusel ARMS="$arm" LRS=$lr || return 1; done
+  for lr in 2e-5 5e-5 1e-4; do  # the declared grid (ablations.sh's dreamcpusel default LRS)
+    run old dreamcpusel ARMS="$arm" LRS=$lr || return 1
+  done
   if [ -n "${DRY:-}" ]; then
     echo "== (follow-ups of $arm by claims.py followup)"
     for s in 0 1 2 3 4; do run old dreamcpubest "$var=<choice>" SEEDS=$((s + 1)) SEED_VALUES=$s; done
