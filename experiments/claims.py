@@ -540,10 +540,12 @@ def main(argv: list[str]) -> int:
 
 def _print_followups(p: argparse.ArgumentParser, args: argparse.Namespace, data: dict) -> int:
   """``followup``: per arm of ``--arms`` (its keys: ablations.sh's arm names), the runs its
-  selection's declared follow-ups still owe, as the environment of the ablations.sh call that
-  runs them (``ARMS=duma<TAB>LRS=2e-4<TAB>SEEDS=1``), one line per arm that owes any; nothing
-  when none does. ``--choices``: each arm's choice instead (``duma=5e-5``), refused while runs
-  are owed. ``--within`` and ``--extend`` default to those the selection ``--name`` declared."""
+  selection's declared follow-ups still owe, one line a run (value-major), each the environment
+  of the ablations.sh call that runs it (``ARMS=duma<TAB>LRS=2e-4<TAB>SEEDS=2<TAB>
+  SEED_VALUES=1``: one call a run, since ablations.sh keeps finished runs only when its call
+  ends); nothing when none is owed. ``--choices``: each arm's choice instead (``duma=5e-5``),
+  refused while runs are owed. ``--within`` and ``--extend`` default to those the selection
+  ``--name`` declared."""
   declared = data.get("selections", {}).get(args.name, {}).get("followups", {})
   if args.within is None and args.extend is None and declared:  # the selection's own rule
     args.within, args.extend = declared["within"], json.dumps(declared["extend"])
@@ -573,12 +575,9 @@ def _print_followups(p: argparse.ArgumentParser, args: argparse.Namespace, data:
       print(f"{arm}={sel['choice'][arm]}")
     return 0
   for arm, runs in owed.items():
-    if runs is not None:
-      seeds = runs["seeds"]
-      env = [f"ARMS={arm}", f"LRS={' '.join(runs['values'])}", f"SEEDS={max(seeds) + 1}"]
-      if seeds != list(range(max(seeds) + 1)):
-        env.append("SEED_VALUES=" + ",".join(map(str, seeds)))
-      print("\t".join(env))
+    for value in (runs or {}).get("values", []):
+      for seed in runs["seeds"]:
+        print(f"ARMS={arm}\tLRS={value}\tSEEDS={seed + 1}\tSEED_VALUES={seed}")
   return 0
 
 

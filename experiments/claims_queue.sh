@@ -99,7 +99,7 @@ owed() {  # owed ARM [--choices]: what dreamcpusel's declared follow-ups still o
      --ablation=workdir-ablations/dreamcpusel/ablation.json --arms="{\"$arm\": \"${SPEC[$arm]}\"}" "$@")
 }
 select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-ups, then best
-  local arm=$1 var=$2 next choice lr kv s seeds
+  local arm=$1 var=$2 next line kv choice lr s
   for lr in 2e-5 5e-5 1e-4; do  # the declared grid (ablations.sh's dreamcpusel default LRS)
     run old dreamcpusel ARMS="$arm" LRS=$lr || return 1
   done
@@ -108,18 +108,12 @@ select_then_best() {  # select_then_best ARM LR_VAR: dreamcpusel and its follow-
     for s in 0 1 2 3 4; do run old dreamcpubest "$var=<choice>" SEEDS=$((s + 1)) SEED_VALUES=$s; done
     return
   fi
-  for _ in 1 2 3 4; do  # each follow-up once at most (claims.py followup): 2 calls suffice
-    IFS=$'\t' read -r -a next < <(owed "$arm")
+  for _ in 1 2 3 4; do  # each follow-up once at most (claims.py followup): 2 rounds suffice
+    mapfile -t next < <(owed "$arm")  # read whole: a run must not read the list as its stdin
     [ ${#next[@]} -gt 0 ] || break
-    seeds=  # ARMS=duma LRS=2e-4 SEEDS=2 [SEED_VALUES=1]: one call a rate and seed
-    for kv in "${next[@]}"; do
-      case $kv in SEEDS=*) seeds=$(seq -s, 0 $((${kv#SEEDS=} - 1))) ;; esac
-    done
-    for kv in "${next[@]}"; do case $kv in SEED_VALUES=*) seeds=${kv#SEED_VALUES=} ;; esac; done
-    for lr in $(printf '%s\n' "${next[@]}" | sed -n 's/^LRS=//p'); do
-      for s in ${seeds//,/ }; do
-        run old dreamcpusel ARMS="$arm" LRS="$lr" SEEDS=$((s + 1)) SEED_VALUES=$s || return 1
-      done
+    for line in "${next[@]}"; do  # a run a line: ARMS=duma LRS=2e-4 SEEDS=2 SEED_VALUES=1
+      IFS=$'\t' read -r -a kv <<< "$line"
+      run old dreamcpusel "${kv[@]}" || return 1
     done
   done
   choice=$(owed "$arm" --choices) || return 1

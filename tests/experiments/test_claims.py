@@ -330,9 +330,9 @@ def test_the_followup_command_prints_what_each_arm_owes_then_its_choice(tmp_path
           '--arms={"enc": "model.head=none model.pos_embedding=false", '
           '"poi": "model.head=poi model.pos_embedding=true"}']
   assert claims.main(argv) == 0
-  assert capsys.readouterr().out.splitlines() == ["ARMS=enc\tLRS=2e-4\tSEEDS=1",
-                                                  "ARMS=poi\tLRS=2e-5 5e-5 1e-4\tSEEDS=2\t"
-                                                  "SEED_VALUES=1"]
+  assert capsys.readouterr().out.splitlines() == [  # one run a line: one ablations.sh call each
+      "ARMS=enc\tLRS=2e-4\tSEEDS=1\tSEED_VALUES=0",
+      *(f"ARMS=poi\tLRS={lr}\tSEEDS=2\tSEED_VALUES=1" for lr in ("2e-5", "5e-5", "1e-4"))]
   with pytest.raises(SystemExit):  # no choice while runs are owed
     claims.main([*argv, "--choices"])
   sweep = _sweep([*((h, p, lr, s, 30.0) for h, p in (("none", "false"), ("poi", "true"))
