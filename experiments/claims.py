@@ -575,7 +575,9 @@ def _print_followups(p: argparse.ArgumentParser, args: argparse.Namespace, data:
       print(f"{arm}={sel['choice'][arm]}")
     return 0
   for arm, runs in owed.items():
-    for value in (runs or {}).get("values", []):
+    if runs is None:  # this arm owes nothing
+      continue
+    for value in runs["values"]:
       for seed in runs["seeds"]:
         print(f"ARMS={arm}\tLRS={value}\tSEEDS={seed + 1}\tSEED_VALUES={seed}")
   return 0
