@@ -31,9 +31,11 @@ relative ``--workdir``, so that the markers' commands match). SIGTERM stops the 
 (the engine saves a checkpoint) and still writes the table.
 
 Writes ``DIR/ablation.md`` and ``DIR/ablation.json`` (one row per cell: each metric's mean and
-sample standard deviation over the seeds that finished, the per-seed values, steps, wall time,
-device and software versions (from the run's ``environment.json``), and the log of each failed
-run), also after failures; exits 1 if any run failed.
+sample standard deviation over the seeds that finished, the per-seed values, steps, wall time
+(of every segment of a run that SIGTERM stopped and a later invocation resumed; a segment killed
+outright, or one that failed, is not counted), device and software versions (from the run's
+``environment.json``), and the log of each failed run), also after failures; exits 1 if any run
+failed.
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ from experiments import holdout as holdout_lib  # noqa: E402
 from poi_jax.train import environment  # noqa: E402  (formats a record; imports no JAX)
 
 DONE = "DONE.json"
+# The wall time of a run's segments stopped by SIGTERM (the engine saved a checkpoint and the next
+# invocation resumes from it), so that a finished run's wall_s counts all of its training.
+WALL_EARLIER = "wall_earlier.json"
 
 
 @dataclasses.dataclass
@@ -228,8 +233,17 @@ def _start(run: Run, env: dict) -> None:
   run.status, run.started = "running", time.time()
 
 
+def _note_stopped(run: Run) -> None:
+  """Adds the time of ``run``, stopped by SIGTERM, to its workdir's tally of earlier segments."""
+  earlier = _read_json(run.workdir / WALL_EARLIER) or {}
+  _write_atomic(run.workdir / WALL_EARLIER, json.dumps(
+      {"wall_s": earlier.get("wall_s", 0.0) + time.time() - run.started,
+       "segments": earlier.get("segments", 0) + 1}))
+
+
 def _finish(run: Run) -> None:
-  run.wall_s = time.time() - run.started
+  earlier = _read_json(run.workdir / WALL_EARLIER) or {}
+  run.wall_s = time.time() - run.started + earlier.get("wall_s", 0.0)
   results = _read_json(run.workdir / "eval_results.json")
   if run.proc.returncode != 0 or results is None:
     run.status = "failed"
@@ -237,8 +251,8 @@ def _finish(run: Run) -> None:
   run.status, run.results = "done", results
   run.environment = _read_json(run.workdir / "environment.json")
   _write_atomic(run.workdir / DONE, json.dumps(
-      {"argv": run.argv, "wall_s": run.wall_s, "results": results,
-       "environment": run.environment}, indent=2))
+      {"argv": run.argv, "wall_s": run.wall_s, "segments": earlier.get("segments", 0) + 1,
+       "results": results, "environment": run.environment}, indent=2))
 
 
 def execute(runs: list[Run], parallel: int) -> None:
@@ -271,6 +285,7 @@ def execute(runs: list[Run], parallel: int) -> None:
       run.proc.terminate()
     for run in running:
       run.proc.wait()
+      _note_stopped(run)
     raise
 
 

@@ -3,10 +3,12 @@ intermediate ``eval_results.json`` (step 1), then the final one (step 2) with sc
 the seed and the overrides, and appends its argv to ``<workdir>/calls.txt``. With
 ``STUB_FAIL=<substring>`` it exits 3 after the intermediate evaluation when an argument contains
 that substring (an interrupted or failed run). With ``STUB_ENVIRONMENT=<json>`` it writes that as the
-run's ``environment.json``."""
+run's ``environment.json``. With ``STUB_SLEEP=<seconds>`` it sleeps that long before the final
+evaluation (a run long enough to be stopped)."""
 import json
 import os
 import sys
+import time
 
 
 def main(argv):
@@ -31,6 +33,7 @@ def main(argv):
   fail = os.environ.get("STUB_FAIL")
   if fail and any(fail in a for a in argv):
     return 3
+  time.sleep(float(os.environ.get("STUB_SLEEP", "0")))
   write(2, score)
   return 0
 

@@ -1,8 +1,11 @@
 """experiments/ablation.py: the grid x seeds runner (table, resume, failures) and
 experiments/holdout.py."""
 import json
+import os
 import pathlib
+import signal
 import statistics
+import threading
 
 import pytest
 
@@ -110,6 +113,34 @@ def test_listed_cells_instead_of_a_product(tmp_path, monkeypatch):
     ablation.main(["--config=configs/dream.py:tiny", "--cell", "model.head=none",
                    "--cell", "model.head=poi optim.lr=0.5", f"--workdir={tmp_path / 'x'}",
                    "--metrics=accuracy", "--no_run", "--", "--config.optim.lr=1e-4"])
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_counts_both_segments(tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  argv = ["--config=configs/dream.py:tiny", "--cell", "model.head=none", "--seeds=1",
+          f"--workdir={tmp_path}", "--metrics=accuracy", "--module=tests.experiments.stub_main"]
+  monkeypatch.setenv("STUB_SLEEP", "60")  # the run is still going when the SIGTERM comes
+  previous = signal.getsignal(signal.SIGTERM)  # the runner installs its own handler
+  timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+  timer.start()
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      ablation.main(argv)
+  finally:
+    timer.cancel()
+    signal.signal(signal.SIGTERM, previous)
+  run = tmp_path / "model.head-none" / "seed-0"
+  assert not (run / ablation.DONE).exists()
+  stopped = json.loads((run / ablation.WALL_EARLIER).read_text())
+  assert stopped["segments"] == 1 and stopped["wall_s"] >= 1.4
+
+  monkeypatch.setenv("STUB_SLEEP", "0.5")
+  assert ablation.main(argv) == 0
+  done = json.loads((run / ablation.DONE).read_text())
+  assert done["segments"] == 2
+  assert done["wall_s"] >= stopped["wall_s"] + 0.5
+  row = json.loads((tmp_path / "ablation.json").read_text())["cells"][0]
+  assert row["seeds"][0]["wall_s"] == round(done["wall_s"], 1)
 
 
 def test_runs_carry_their_device_and_software_to_the_claims(tmp_path, monkeypatch):
