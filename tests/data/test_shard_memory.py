@@ -117,13 +117,17 @@ def test_workers_and_blocks_do_not_change_the_shards(tmp_path, monkeypatch):
   results."""
   monkeypatch.setattr(shard_build, "GROUP_BYTES", 2 * RECORD_BYTES)
   one = _prepare(tmp_path / "one", records_per_shard=16, shard_bytes=BUDGET)
+  pools = _count_pools(monkeypatch)
   tracemalloc.start()
   try:
     tracemalloc.reset_peak()
-    _prepare(tmp_path / "two", workers=2, records_per_shard=16, shard_bytes=BUDGET)
+    # min_per_worker=20: the first 40 records are held, then go to the pool with the rest.
+    _prepare(tmp_path / "two", workers=2, min_per_worker=20, records_per_shard=16,
+             shard_bytes=BUDGET)
     _, peak = tracemalloc.get_traced_memory()
   finally:
     tracemalloc.stop()
+  assert pools == [2]
   assert _files(tmp_path / "one") == _files(tmp_path / "two")
   # In flight: at most 2 tasks per worker + the one being filled, of ~2 records each.
   assert peak < BUDGET + 16 * RECORD_BYTES, f"prepare held {peak / 2**20:.1f} MiB"
@@ -157,6 +161,30 @@ def test_workers_and_blocks_do_not_change_the_shards(tmp_path, monkeypatch):
   same = lambda files: {n: b for n, b in files.items() if not n.endswith(".json")}
   assert same(_files(both)) == same(_files(tmp_path / "one"))
   assert (both / shards.MANIFEST).read_bytes() == (tmp_path / "one" / shards.MANIFEST).read_bytes()
+
+
+def _count_pools(monkeypatch) -> list[int]:
+  """The ``max_workers`` of each worker pool `prepare` starts, appended as it starts."""
+  started, real = [], shard_build.concurrent.futures.ProcessPoolExecutor
+
+  def pool(*args, max_workers, **kwargs):
+    started.append(max_workers)
+    return real(*args, max_workers=max_workers, **kwargs)
+
+  monkeypatch.setattr(shard_build.concurrent.futures, "ProcessPoolExecutor", pool)
+  return started
+
+
+def test_a_split_under_two_workers_worth_is_built_without_starting_them(tmp_path, monkeypatch):
+  """`data.num_workers=2` on 48 records (fewer than 2 x `MIN_PER_WORKER`): no worker process
+  starts (each costs seconds of imports), and the shards are those of `num_workers=0`."""
+  assert RECORDS < 2 * shard_build.parallel.MIN_PER_WORKER
+  one = _prepare(tmp_path / "one", records_per_shard=16, shard_bytes=BUDGET)
+  pools = _count_pools(monkeypatch)
+  two = _prepare(tmp_path / "two", workers=2, records_per_shard=16, shard_bytes=BUDGET)
+  assert pools == []
+  assert _files(tmp_path / "one") == _files(tmp_path / "two")
+  assert two.manifest["num_examples"] == one.manifest["num_examples"] == RECORDS
 
 
 def test_a_killed_block_resumes_after_its_last_whole_shard(tmp_path):

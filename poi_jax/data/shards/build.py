@@ -71,12 +71,20 @@ def barrier(name: str, process_count: int) -> None:
 # worker are in flight, so what this process holds of them is bounded whatever their length.
 GROUP_RECORDS = 64
 GROUP_BYTES = 4 << 20
+# Workers cost seconds to start (a forkserver importing transformers and NLTK, the tokenizer
+# sent to each, the tagger loaded in each): as `parallel.featurize` does, a split gets them only
+# from two workers' worth of records (2 x ``min_per_worker``) on, else it is featurized in this
+# process (a 64-record split: 14 s for the whole tiny run in this process against 23 s with two
+# workers, 2026-12-07). The records stream, so the first ones are held, pickled, until that many
+# (or HOLD_BYTES of them) have come; a split that ends before never starts the pool.
+HOLD_BYTES = 32 << 20
 
 
 def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, key: str,
             description: dict, records_per_shard: int, shard_bytes: int | None = None,
-            num_workers: int = 0, process_index: int = 0, process_count: int = 1,
-            progress: bool = True, desc: str = "preparing") -> ShardedSplit:
+            num_workers: int = 0, min_per_worker: int = parallel.MIN_PER_WORKER,
+            process_index: int = 0, process_count: int = 1, progress: bool = True,
+            desc: str = "preparing") -> ShardedSplit:
   """Builds the missing shards of a split and returns it with its manifest.
 
   Args:
@@ -89,6 +97,8 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
     shard_bytes: the size shards are cut at (rows + meta; None: `DEFAULT_SHARD_BYTES`).
     num_workers: featurizing processes (0 or 1: this process). Their results come back in
       record order and this process writes them, so the shards do not depend on it.
+    min_per_worker: the pool starts once this process has 2 x ``min_per_worker`` records to
+      build (or `HOLD_BYTES` of them); fewer are built here (`HOLD_BYTES`' comment says why).
     process_index, process_count: this process builds blocks ``process_index``,
       ``process_index + process_count``, ...; process 0 writes the manifest.
     progress: a tqdm bar of records (records/s) with windows/s and shards.
@@ -142,10 +152,10 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
     writer.add(features, i)
 
   pool = None
-  if workers > 1 and spec.per_record:
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, mp_context=parallel._context(), initializer=parallel._init_worker,
-        initargs=(tokenizer,))
+  use_pool = workers > 1 and spec.per_record
+  hold_records = 2 * max(int(min_per_worker), 1)
+  held: list = []  # (record index, pickled record) until the pool starts (or the split ends)
+  held_bytes = 0
   featurize = dict(build=spec.build, options=dict(spec.options), validate=spec.validate)
   pending: collections.deque = collections.deque()  # (record indices, future), in order
   group: list = []  # (record index, pickled record) of the next task
@@ -168,17 +178,32 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
       group, group_bytes = [], 0
     drain(2 * workers)  # bounded: at most 2 tasks per worker in flight
 
-  def submit(i: int, rec) -> None:
+  def to_pool(i: int, blob: bytes) -> None:
     nonlocal group_bytes
-    if pool is None:
-      consume(i, featurize_record(rec, tokenizer, **featurize))
-      return
-    blob = pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
     group.append((i, blob))
     group_bytes += len(blob)
     if (not feature_bytes or len(group) >= GROUP_RECORDS
         or group_bytes + len(group) * feature_bytes >= GROUP_BYTES):
       flush()
+
+  def submit(i: int, rec) -> None:
+    nonlocal pool, held_bytes
+    if not use_pool:
+      consume(i, featurize_record(rec, tokenizer, **featurize))
+      return
+    blob = pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)
+    if pool is not None:
+      to_pool(i, blob)
+      return
+    held.append((i, blob))
+    held_bytes += len(blob)
+    if len(held) >= hold_records or held_bytes >= HOLD_BYTES:  # enough to pay for workers
+      pool = concurrent.futures.ProcessPoolExecutor(
+          max_workers=workers, mp_context=parallel._context(),
+          initializer=parallel._init_worker, initargs=(tokenizer,))
+      for j, b in held:
+        to_pool(j, b)
+      held.clear()
 
   try:
     if per is None:  # the whole split is one unit
@@ -209,6 +234,9 @@ def prepare(spec: ShardSpec, records: Iterable, tokenizer, *, directory: str, ke
           first = rec if first is None else first
           spec.check([first, rec])
         submit(i, rec)
+      for i, blob in held:  # too few records to start workers for
+        consume(i, featurize_record(pickle.loads(blob), tokenizer, **featurize))
+      held.clear()
       if pool is not None:
         flush()
         drain(0)
