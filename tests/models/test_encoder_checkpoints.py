@@ -2,6 +2,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -147,3 +149,51 @@ def test_hub_name_offline_fails_with_one_clear_line(monkeypatch):
     encoders.resolve_checkpoint("albert/albert-base-v2-does-not-exist-offline")
   msg = str(e.value)
   assert "\n" not in msg and "HuggingFace hub" in msg and "local checkpoint directory" in msg
+
+
+def _encode(tok):
+  """A pair batch through every path the featurizers use (truncation, stride, offsets)."""
+  return tok(["Where was the Charles Porter steam engine indicator shown?", "naïve café 北京?"],
+             [SENTENCES[0] * 4, "Green Scenes, don't."], truncation="only_second", max_length=32,
+             stride=8, return_overflowing_tokens=True, return_offsets_mapping=True, padding=True)
+
+
+def _tokenizer_dir(src, tmp_path, tokenizer_class):
+  dst = tmp_path / "tok"
+  shutil.copytree(src, dst)
+  cfg = json.loads((dst / "tokenizer_config.json").read_text())
+  if tokenizer_class is None:
+    cfg.pop("tokenizer_class")
+  else:
+    cfg["tokenizer_class"] = tokenizer_class
+  (dst / "tokenizer_config.json").write_text(json.dumps(cfg))
+  return str(dst)
+
+
+@pytest.mark.parametrize("tokenizer_class", ["as shipped", "BertTokenizerFast", None,
+                                             "NoSuchTokenizer"])
+def test_tokenizer_is_the_one_autotokenizer_loads(minilm_dir, tmp_path, tokenizer_class):
+  """The named class loaded directly (shipped name, an older "...Fast" name) and the
+  AutoTokenizer fallback (no name, an unknown one) give AutoTokenizer's tokenizer: same class,
+  same special tokens, same encodings."""
+  d = minilm_dir if tokenizer_class == "as shipped" else _tokenizer_dir(minilm_dir, tmp_path,
+                                                                          tokenizer_class)
+  ours = encoders.load.load_tokenizer(d)
+  auto = transformers.AutoTokenizer.from_pretrained(d, use_fast=True)
+  assert type(ours) is type(auto) and ours.is_fast
+  assert ours.all_special_tokens == auto.all_special_tokens
+  assert ours.model_max_length == auto.model_max_length
+  assert ours.backend_tokenizer.to_str() == auto.backend_tokenizer.to_str()
+  assert dict(_encode(ours)) == dict(_encode(auto))
+
+
+def test_loading_the_tokenizer_does_not_import_torch(minilm_dir):
+  """AutoTokenizer imports transformers' configuration module, and with it torch whenever torch
+  is installed (1-2 s at each start of a run, evaluation or Reader); loading the class that
+  tokenizer_config.json names does not."""
+  code = ("import sys; from poi_jax.models.encoders import load; "
+          f"assert load.load_tokenizer({minilm_dir!r}) is not None; "
+          "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.strip() == "[]", r.stdout[:300]

@@ -211,13 +211,42 @@ def load_encoder_weights(encoder: nnx.Module, checkpoint: str) -> LoadReport:
 
 
 def load_tokenizer(ckpt_dir: str):
-  """The transformers fast tokenizer saved in ``ckpt_dir`` (None when it has none)."""
+  """The transformers fast tokenizer saved in ``ckpt_dir`` (None when it has none).
+
+  The class that ``tokenizer_config.json`` names is loaded directly when transformers has it as a
+  fast (``tokenizers``-backed) class: that is the class ``AutoTokenizer`` resolves too, but
+  ``AutoTokenizer`` first imports transformers' model-configuration module, which imports torch
+  whenever torch is installed (1-2 s at every start of a run, an evaluation, a Reader). Anything
+  else (no config, a slow or remote-code class) goes through ``AutoTokenizer`` as before.
+  """
   import transformers
   try:
+    cls = _named_fast_tokenizer_class(ckpt_dir)
+    if cls is not None:
+      return cls.from_pretrained(ckpt_dir)
     return transformers.AutoTokenizer.from_pretrained(ckpt_dir, use_fast=True)
   except (OSError, ValueError) as e:
     logging.warning("no tokenizer in %s (%s)", ckpt_dir, e)
     return None
+
+
+def _named_fast_tokenizer_class(ckpt_dir: str):
+  """The transformers fast tokenizer class ``<ckpt_dir>/tokenizer_config.json`` names, or None
+  (no such file or field, remote code, or not a ``tokenizers``-backed class of transformers)."""
+  import transformers
+  try:
+    with open(os.path.join(ckpt_dir, "tokenizer_config.json"), encoding="utf-8") as f:
+      tokenizer_config = json.load(f)
+  except (OSError, ValueError):
+    return None
+  name = tokenizer_config.get("tokenizer_class") if isinstance(tokenizer_config, dict) else None
+  if not isinstance(name, str) or "auto_map" in tokenizer_config:
+    return None
+  # transformers 5 names each fast class without the "Fast" that older configs carry.
+  cls = getattr(transformers, name.removesuffix("Fast"), None)
+  if isinstance(cls, type) and issubclass(cls, transformers.TokenizersBackend):
+    return cls
+  return None
 
 
 def load_pretrained(name_or_path: str, *, dtype: str = "float32", remat: str | bool = "none",
