@@ -1,7 +1,10 @@
-"""One training step of the tiny SQuAD model on a given mesh; run as a script by
-`test_sharding.py` in a subprocess with simulated CPU devices.
+"""One training step of the tiny SQuAD model on each given mesh; run as a script by
+`test_sharding.py` in a subprocess with simulated CPU devices (one process for the meshes of one
+device count: the count is fixed when JAX starts, and a process's start costs more than a step).
 
-  python tests/train/mesh_step.py DATA FSDP TENSOR OUT.npz
+  python tests/train/mesh_step.py OUT_DIR DATA,FSDP,TENSOR [DATA,FSDP,TENSOR ...]
+
+writes ``OUT_DIR/m<DATA><FSDP><TENSOR>.npz`` for each mesh.
 """
 import os
 import sys
@@ -79,4 +82,6 @@ def _leaves(state) -> dict:
 
 if __name__ == "__main__":
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-  main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+  for shape in sys.argv[2:]:
+    data, fsdp, tensor = map(int, shape.split(","))
+    main(data, fsdp, tensor, os.path.join(sys.argv[1], f"m{data}{fsdp}{tensor}.npz"))

@@ -3,8 +3,8 @@ on (1,1,1) of one device gives the same loss and the same parameter updates (at 
 parameter moves, by the same amount on every mesh), and the parameters are placed as
 ``mesh.rules`` says (read from each array's ``.sharding``).
 
-Each mesh runs `mesh_step.py` in its own process: the simulated device count is fixed when JAX
-starts.
+The meshes of one device count run `mesh_step.py` in one process: the simulated device count
+is fixed when JAX starts.
 """
 import os
 import pathlib
@@ -19,15 +19,22 @@ ROOT = HERE.parents[1]
 MESHES = [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]
 
 
-def _run_mesh(mesh, out):
-  devices = int(np.prod(mesh))
+def _run_meshes(meshes, out_dir):
+  """Runs ``meshes`` (all of one device count) in one `mesh_step.py` process; ``{mesh: (loss,
+  parameters, their partition specs, parameters before the step, lr at step 0)}``."""
+  devices = int(np.prod(meshes[0]))
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              PYTHONPATH=str(ROOT))
-  proc = subprocess.run([sys.executable, str(HERE / "mesh_step.py"), *map(str, mesh), str(out)],
+  proc = subprocess.run([sys.executable, str(HERE / "mesh_step.py"), str(out_dir),
+                         *(",".join(map(str, m)) for m in meshes)],
                         env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  f = np.load(out)
+  return {m: _read_step(out_dir / ("m%d%d%d.npz" % m)) for m in meshes}
+
+
+def _read_step(path):
+  f = np.load(path)
   names = list(f["names"])
   return (float(f["loss"]), {n: f[f"p{i}"] for i, n in enumerate(names)},
           dict(zip(names, f["specs"])), {n: f[f"b{i}"] for i, n in enumerate(names)},
@@ -37,7 +44,10 @@ def _run_mesh(mesh, out):
 @pytest.fixture(scope="module")
 def steps(tmp_path_factory):
   d = tmp_path_factory.mktemp("mesh")
-  return {m: _run_mesh(m, d / ("m%d%d%d.npz" % m)) for m in MESHES}
+  by_devices = {}
+  for m in MESHES:
+    by_devices.setdefault(int(np.prod(m)), []).append(m)
+  return {m: step for meshes in by_devices.values() for m, step in _run_meshes(meshes, d).items()}
 
 
 def _model_params(params):
