@@ -216,7 +216,7 @@ def load_tokenizer(ckpt_dir: str):
   The class that ``tokenizer_config.json`` names is loaded directly when transformers has it as a
   fast (``tokenizers``-backed) class: that is the class ``AutoTokenizer`` resolves too, but
   ``AutoTokenizer`` first imports transformers' model-configuration module, which imports torch
-  whenever torch is installed (1-2 s at every start of a run, an evaluation, a Reader). Anything
+  whenever torch is installed (0.6-2 s at every start of a run, an evaluation, a Reader). Anything
   else (no config, a slow or remote-code class) goes through ``AutoTokenizer`` as before.
   """
   import transformers
