@@ -93,7 +93,7 @@ def dev_scores(data: dict, figure: str = "dream") -> dict[str, dict[float, list[
   return {arm: runs for arm, runs in out.items() if runs}
 
 
-def plot(data: dict, name: str) -> pathlib.Path:
+def plot(data: dict, name: str, out_dir: pathlib.Path = ROOT / "docs" / "figures") -> pathlib.Path:
   import matplotlib
   matplotlib.use("svg")
   import matplotlib.pyplot as plt
@@ -112,6 +112,8 @@ def plot(data: dict, name: str) -> pathlib.Path:
     chosen = float(sel["choice"][arm])
     held.plot([chosen], [dict(pts)[chosen]], "*", color=c, markersize=14)
     runs = runs_by_arm.get(arm, {})
+    if not runs:  # selected, not evaluated yet: nothing to draw on the right
+      continue
     for lr, scores in runs.items():
       dev.plot([lr] * len(scores), scores, ".", color=c, alpha=0.6)
     means = sorted((lr, statistics.fmean(a)) for lr, a in runs.items())
@@ -137,7 +139,7 @@ def plot(data: dict, name: str) -> pathlib.Path:
     ax.legend(fontsize=8)
   fig.suptitle(fig_spec.title, fontsize=10)
   fig.tight_layout()
-  out = ROOT / "docs" / "figures" / f"{name}_lr.svg"
+  out = out_dir / f"{name}_lr.svg"
   tmp = out.with_name(f".{out.name}.tmp")  # written whole, then renamed: never half a figure
   fig.savefig(tmp, format="svg", metadata={"Date": None})
   plt.close(fig)

@@ -102,13 +102,18 @@ def test_the_committed_claims_name_cells_that_were_run():
   data = json.loads((ROOT / "docs" / "claims.json").read_text())
   declared = (ROOT / "experiments" / "ablations.sh").read_text()
   for c in data["claims"]:
-    for cell, measurement in ((c["component"], c["measurement"]),
-                              (c["ablation"], c.get("ablation_measurement", c["measurement"]))):
+    for cell, measurement, label in (
+        (c["component"], c["measurement"], c["component_label"]),
+        (c["ablation"], c.get("ablation_measurement", c["measurement"]), c["ablation_label"])):
       m = data["measurements"].get(measurement)
       if m is not None and cell not in m["cells"]:  # an arm of the measurement not run yet:
         # its name must be one ablations.sh declares (a typo would stay "not measured" forever)
-        head, pos = re.fullmatch(r"model\.head-(\w+)__model\.pos_embedding-(\w+)", cell).groups()
+        head, pos, lr = re.fullmatch(
+            r"model\.head-(\w+)__model\.pos_embedding-(\w+)(?:__optim\.lr-([\w.-]+))?",
+            cell).groups()
         assert f'"model.head={head} model.pos_embedding={pos}"' in declared, (c["id"], cell)
+        if lr is not None:  # an arm at its best: at the rate its selection chose for it
+          assert data["selections"][c["selection"]]["choice"][label] == lr, (c["id"], cell)
       elif m is not None:  # a measured claim: both cells there, each seed with its metric
         assert all(c["metric"] in s for s in m["cells"][cell]["seeds"].values())
   # The results page shows the table this file gives and each selection's record (make both
@@ -167,6 +172,21 @@ def test_the_learning_rate_curve_reads_every_dev_run():
   assert {arm: {lr: len(a) for lr, a in r.items()} for arm, r in runs.items()} == {
       "plain encoder": {1e-4: merged["plain encoder"]}, "POI-Net": {5e-5: merged["POI-Net"]}}
   assert merged["plain encoder"] == 5 and merged["POI-Net"] >= 2
+
+
+def test_an_arm_selected_but_not_yet_evaluated_is_drawn_on_the_left_only(tmp_path):
+  # DUMA chose its rate in dreamcpusel; its dreamcpubest seeds merge later. An empty plot call
+  # made the right panel's axis categorical and listed DUMA's mean in its legend.
+  pytest.importorskip("matplotlib", reason="the figures' optional dependency (.[plots])")
+  from experiments import plot_lr
+  data = json.loads((ROOT / "docs" / "claims.json").read_text())
+  data["measurements"]["dreamcpubest"]["cells"] = {
+      c: rec for c, rec in data["measurements"]["dreamcpubest"]["cells"].items()
+      if "head-duma" not in c}
+  assert "DUMA" in data["selections"]["dreamcpusel"]["arms"]
+  svg = plot_lr.plot(data, "dreamcpu", out_dir=tmp_path).read_text()
+  assert "<!-- DUMA -->" in svg and "<!-- POI-Net (mean) -->" in svg
+  assert "DUMA (mean)" not in svg
 
 
 def _selection(enc: dict, poi: dict, choice: dict) -> dict:
