@@ -293,19 +293,36 @@ def _write_atomic(path: pathlib.Path, data: dict) -> None:
 
 
 def merge(data: dict, measurement: str, ablation: dict, *, command: str, device: str, date: str,
-          software: str) -> dict:
-  """``data`` with the seeds of ``ablation`` (an ``ablation.json``) added to ``measurement``."""
+          software: str, added: bool = False) -> dict:
+  """``data`` with the seeds of ``ablation`` (an ``ablation.json``) added to ``measurement``.
+
+  ``added``: the cells ``ablation`` brings are an arm declared after the measurement's first
+  arms (DUMA into ``dreamcpubest``), run later, maybe on another machine: they keep this
+  command, device, date and software as their own ``provenance``, and the measurement's stay
+  those of its first arms. A cell with its own provenance keeps it on every later merge."""
   m = data["measurements"].setdefault(measurement, {"cells": {}})
   settings = {"config": ablation["config"], "extra": ablation["extra"]}
   if m.get("settings", settings) != settings:
     raise ValueError(f"measurement {measurement!r} was run with {m['settings']}, this ablation.json "
                      f"with {settings}: another setting is another measurement (--measurement)")
-  m.update(settings=settings, command=command, device=device, date=date, software=software)
+  run = dict(command=command, device=device, date=date, software=software)
+  shared = False
   for row in ablation["cells"]:
+    if added and row["seeds"] and row["cell"] in m["cells"] \
+        and "provenance" not in m["cells"][row["cell"]]:
+      raise ValueError(f"measurement {measurement!r}: cell {row['cell']} is one of its first "
+                       "arms, not an arm added later (drop --added)")
     cell = m["cells"].setdefault(row["cell"], {"overrides": row["overrides"], "seeds": {}})
-    for run in row["seeds"]:  # finished runs only: {"seed", "step", "wall_s", <metrics>}
-      cell["seeds"][str(run["seed"])] = {k: v for k, v in run.items()
-                                         if k not in ("seed", "device", "software")}
+    for r in row["seeds"]:  # finished runs only: {"seed", "step", "wall_s", <metrics>}
+      cell["seeds"][str(r["seed"])] = {k: v for k, v in r.items()
+                                       if k not in ("seed", "device", "software")}
+    if row["seeds"] and (added or "provenance" in cell):
+      cell["provenance"] = run
+    elif row["seeds"]:
+      shared = True
+  if shared or "command" not in m:
+    m.update(run)
+  m["settings"] = settings
   return data
 
 
@@ -385,8 +402,21 @@ def table(data: dict) -> str:
     lines.append(f"| {c['claim']} | {c['paper']} | {c['setting']} ({c['metric']}) | {protocol} | "
                  f"{c['component_label']}: {_mean_std(comp)} | "
                  f"{c['ablation_label']}: {_mean_std(abl)} | {interval} | "
-                 f"{said} | `{m['command']}`, {m['device']}, {m['date']} |")
+                 f"{said} | {_runs(data, c)} |")
   return "\n".join(lines)
+
+
+def _runs(data: dict, c: dict) -> str:
+  """A claim row's last column: the command, device and date of its runs; per arm where an arm
+  added later (`merge`'s ``added``) ran by its own."""
+  arms = ((c["component_label"], c["measurement"], c["component"]),
+          (c["ablation_label"], c.get("ablation_measurement", c["measurement"]), c["ablation"]))
+  said = lambda p: f"`{p['command']}`, {p['device']}, {p['date']}"  # noqa: E731
+  of = lambda meas, cell: data["measurements"][meas]["cells"][cell].get(  # noqa: E731
+      "provenance", data["measurements"][meas])
+  if not any("provenance" in data["measurements"][meas]["cells"][cell] for _, meas, cell in arms):
+    return said(data["measurements"][c["measurement"]])
+  return "; ".join(f"{label}: {said(of(meas, cell))}" for label, meas, cell in arms)
 
 
 def selection_table(data: dict, name: str) -> str:
@@ -455,6 +485,9 @@ def main(argv: list[str]) -> int:
   p.add_argument("--device", help="merge: e.g. 'NVIDIA H100 80GB HBM3' or '2-core CPU' "
                  "(default: what the runs recorded)")
   p.add_argument("--date", help="merge: YYYY-MM-DD")
+  p.add_argument("--added", action="store_true",
+                 help="merge: the cells are an arm declared after the measurement's first arms: "
+                      "they keep this command, device and date as their own")
   p.add_argument("--software", help="merge: e.g. 'jax 0.11.2, flax 0.12.10' (default: what the "
                  "runs recorded)")
   p.add_argument("--write", metavar="PAGE", help="table: make the claims table and every "
@@ -530,8 +563,12 @@ def main(argv: list[str]) -> int:
                                arms=arms, metric=args.metric, meta=meta))
     print(f"{path}: selection {args.name} chooses {data['selections'][args.name]['choice']}")
     return 0
-  _write_atomic(path, merge(data, args.measurement, ablation, command=args.command,
-                            device=args.device, date=args.date, software=args.software))
+  try:
+    merged = merge(data, args.measurement, ablation, command=args.command, device=args.device,
+                   date=args.date, software=args.software, added=args.added)
+  except ValueError as e:
+    p.error(str(e))
+  _write_atomic(path, merged)
   print(f"{path}: {args.measurement} now holds "
         f"{sum(len(c['seeds']) for c in data['measurements'][args.measurement]['cells'].values())}"
         f" runs")

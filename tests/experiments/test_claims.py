@@ -83,6 +83,41 @@ def test_merge_adds_seeds_and_refuses_other_settings(tmp_path):
   assert claims.main(["table", f"--claims={path}"]) == 0  # no file yet: an empty table
 
 
+def test_an_arm_merged_later_keeps_its_own_command_device_and_date():
+  # the encoder and POI-Net ran first on one machine; DUMA, declared later, on another
+  data = {"claims": [], "measurements": {}}
+  first = dict(command="ENC_LR=1e-4 ...", device="Xeon", date="11-28", software="s")
+  abl = _ablation([(0, 50.0)])
+  abl["cells"].append({"cell": "enc", "overrides": [], "seeds": [
+      {"seed": 0, "step": 9, "wall_s": 1.0, "f1": 48.0}]})
+  claims.merge(data, "m", abl, **first)
+  later = dict(command="DUMA_LR=1e-4 ...", device="EPYC", date="12-07", software="s")
+  duma = {**_ablation([(0, 52.0)]), "cells": [{"cell": "duma", "overrides": [], "seeds": [
+      {"seed": 0, "step": 9, "wall_s": 1.0, "f1": 52.0}]}]}
+  claims.merge(data, "m", duma, **later, added=True)
+  m = data["measurements"]["m"]
+  assert (m["command"], m["device"], m["date"]) == ("ENC_LR=1e-4 ...", "Xeon", "11-28")
+  assert m["cells"]["duma"]["provenance"]["device"] == "EPYC"
+  # its next seed, merged without the flag, stays its own; a first arm's seed updates the shared
+  duma["cells"][0]["seeds"][0]["seed"] = 1
+  claims.merge(data, "m", duma, **dict(later, date="12-08"))
+  assert m["cells"]["duma"]["provenance"]["date"] == "12-08" and m["date"] == "11-28"
+  assert "provenance" not in m["cells"]["enc"] and "provenance" not in m["cells"]["a"]
+  with pytest.raises(ValueError, match="one of its first arms"):
+    claims.merge(data, "m", abl, **later, added=True)
+  data["claims"] = [
+      dict(claim="DUMA beats its encoder", paper="p", setting="t", metric="f1", id="x",
+           measurement="m", component="duma", component_label="DUMA", ablation="enc",
+           ablation_label="plain encoder"),
+      dict(claim="POI-Net beats its encoder", paper="p", setting="t", metric="f1", id="y",
+           measurement="m", component="a", component_label="POI-Net", ablation="enc",
+           ablation_label="plain encoder")]
+  rows = claims.table(data).splitlines()
+  assert rows[2].endswith("| DUMA: `DUMA_LR=1e-4 ...`, EPYC, 12-08; plain encoder: "
+                          "`ENC_LR=1e-4 ...`, Xeon, 11-28 |")
+  assert rows[3].endswith("| `ENC_LR=1e-4 ...`, Xeon, 11-28 |")
+
+
 def test_the_merge_command_rewrites_claims_json_whole_and_readable(tmp_path):
   # the file as kept in git (indent 1, sorted keys, a final newline), with the permissions a
   # plain write gives: a temporary file's 0600 must not reach the committed file
