@@ -202,10 +202,12 @@ def test_the_learning_rate_curve_reads_every_dev_run():
   data = json.loads((ROOT / "docs" / "claims.json").read_text())
   runs = plot_lr.dev_scores(data, "dreamcpu")
   cells = data["measurements"]["dreamcpubest"]["cells"]
-  merged = {("POI-Net" if "head-poi" in c else "plain encoder"): len(rec["seeds"])
+  arm_of = {"head-poi": "POI-Net", "head-duma": "DUMA", "head-none": "plain encoder"}
+  merged = {next(a for h, a in arm_of.items() if h in c): len(rec["seeds"])
             for c, rec in cells.items()}
   assert {arm: {lr: len(a) for lr, a in r.items()} for arm, r in runs.items()} == {
-      "plain encoder": {1e-4: merged["plain encoder"]}, "POI-Net": {5e-5: merged["POI-Net"]}}
+      "plain encoder": {1e-4: merged["plain encoder"]}, "POI-Net": {5e-5: merged["POI-Net"]},
+      "DUMA": {1e-4: merged["DUMA"]}}
   assert merged["plain encoder"] == 5 and merged["POI-Net"] >= 2
 
 
