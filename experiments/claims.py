@@ -49,7 +49,9 @@ paired difference (component minus ablation) over the seeds both cells ran (cell
 measurement share seeds: same data order and initialisation of what they share), with a 95%
 interval from the t distribution with n - 1 degrees of freedom (a paired t over seeds: the saved
 scores are per seed, not per question). Verdict: *consistent with the paper* when the interval is
-above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0. Seeds: 3 a
+above 0, *opposite* when below 0, *not resolved at this scale* when it holds 0; no verdict
+before 3 paired seeds (the interval is still shown): two seeds whose differences happen to agree
+(accuracy moves in steps of one question) give an interval of width 0. Seeds: 3 a
 cell, and 5 where the interval over the first 3 holds 0 (``seeds`` prints the runs still owed,
 `seeds_owed`; experiments/claims_queue.sh runs them).
 
@@ -102,21 +104,26 @@ def chance_interval(scores: dict, chance: float, level: float = LEVEL):
   return paired_interval(scores, {s: chance for s in scores}, level)
 
 
-def _side(lo, hi, few: str, above: str, below: str, neither: str) -> str:
+def _side(lo, hi, above: str, below: str, neither: str) -> str:
   """Which side of 0 an interval ``[lo, hi]`` lies on, in the caller's words."""
-  if lo is None:
-    return few
   return above if lo > 0 else below if hi < 0 else neither
 
 
-def chance_verdict(lo, hi) -> str:
-  return _side(lo, hi, "not resolved (fewer than 2 seeds)", "above guessing", "below guessing",
-               "not above guessing")
+LEAST_SEEDS, MOST_SEEDS = 3, 5  # issue 50: 3 seeds a cell, 5 where the interval holds 0
 
 
-def verdict(lo, hi) -> str:
-  return _side(lo, hi, "not resolved (fewer than 2 paired seeds)", "consistent with the paper",
-               "opposite", "not resolved at this scale")
+def chance_verdict(lo, hi, n: int) -> str:
+  """The component against guessing, from its interval over ``n`` seeds."""
+  if n < LEAST_SEEDS:
+    return f"not resolved (fewer than {LEAST_SEEDS} seeds)"
+  return _side(lo, hi, "above guessing", "below guessing", "not above guessing")
+
+
+def verdict(lo, hi, n: int) -> str:
+  """A claim's verdict from its paired interval over ``n`` seeds."""
+  if n < LEAST_SEEDS:
+    return f"not resolved (fewer than {LEAST_SEEDS} paired seeds)"
+  return _side(lo, hi, "consistent with the paper", "opposite", "not resolved at this scale")
 
 
 PROTOCOLS = {"shared": "one shared setting", "paper": "the paper's settings",
@@ -159,9 +166,6 @@ def followup(scores: dict[str, dict[str, float]], *, within: float,
   if len(means) > 1 and means[0] - means[1] <= within and len(seeds) == 1:
     return {"values": sorted(scores, key=float), "seeds": [seeds[0] + 1]}
   return None
-
-
-LEAST_SEEDS, MOST_SEEDS = 3, 5  # issue 50: 3 seeds a cell, 5 where the interval holds 0
 
 
 def seeds_owed(data: dict, measurements, *, least: int = LEAST_SEEDS,
@@ -390,10 +394,10 @@ def table(data: dict) -> str:
     mean, lo, hi, n = paired_interval(comp, abl)
     interval = (f"{mean:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={n})" if lo is not None
                 else f"{mean:+.2f} (n={n})")
-    said = verdict(lo, hi)
+    said = verdict(lo, hi, n)
     if "chance" in c:  # the component against guessing as well (module docstring)
       gain, glo, ghi, gn = chance_interval(comp, c["chance"])
-      above = chance_verdict(glo, ghi)
+      above = chance_verdict(glo, ghi, gn)
       if said == "consistent with the paper" and above != "above guessing":
         said = f"not shown: above the {c['ablation_label']}, not above guessing"
       against = (f"{gain:+.2f} [{glo:+.2f}, {ghi:+.2f}]" if glo is not None else f"{gain:+.2f}")

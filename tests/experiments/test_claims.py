@@ -27,7 +27,19 @@ def test_paired_interval_on_known_inputs():
                                         (-3.0, -0.1, "opposite"),
                                         (-1.0, 1.0, "not resolved at this scale")])
 def test_verdicts(lo, hi, want):
-  assert claims.verdict(lo, hi) == want
+  assert claims.verdict(lo, hi, 3) == want
+
+
+def test_no_verdict_before_three_paired_seeds():
+  # DUMA's first two dreamcpubest seeds: 991 and 972 of 2,040 right against the encoder's 909
+  # and 890, the same 82 questions both times, so the two-seed interval has width 0.
+  comp = {"0": 100 * 991 / 2040, "1": 100 * 972 / 2040}
+  abl = {"0": 100 * 909 / 2040, "1": 100 * 890 / 2040}
+  mean, lo, hi, n = claims.paired_interval(comp, abl)
+  assert n == 2 and hi - lo == pytest.approx(0, abs=1e-9) and lo > 0
+  assert claims.verdict(lo, hi, n) == "not resolved (fewer than 3 paired seeds)"
+  assert claims.verdict(None, None, 1) == "not resolved (fewer than 3 paired seeds)"
+  assert claims.chance_verdict(lo, hi, 2) == "not resolved (fewer than 3 seeds)"
 
 
 def test_chance_interval_and_verdicts():
@@ -36,10 +48,10 @@ def test_chance_interval_and_verdicts():
   half = 4.302653 * math.sqrt(7) / math.sqrt(3)
   assert (gain, n) == (1.0, 3)
   assert lo == pytest.approx(1 - half, abs=1e-5) and hi == pytest.approx(1 + half, abs=1e-5)
-  assert claims.chance_verdict(lo, hi) == "not above guessing"
-  assert claims.chance_verdict(0.2, 3.0) == "above guessing"
-  assert claims.chance_verdict(-3.0, -0.2) == "below guessing"
-  assert claims.chance_verdict(None, None) == "not resolved (fewer than 2 seeds)"
+  assert claims.chance_verdict(lo, hi, n) == "not above guessing"
+  assert claims.chance_verdict(0.2, 3.0, 3) == "above guessing"
+  assert claims.chance_verdict(-3.0, -0.2, 5) == "below guessing"
+  assert claims.chance_verdict(None, None, 1) == "not resolved (fewer than 3 seeds)"
 
 
 def test_a_claim_with_chance_says_both_verdicts():
